@@ -1,0 +1,215 @@
+//! Wiring of the roles a running instance plays: today, emulated WAN links and the admin API.
+//!
+//! `headway emulate` is the one-link shortcut of `headway run`: both build the same
+//! [`headway_config::Config`] and hand it to [`serve`], which starts one
+//! [`headway_emulator::Bridge`] per link, the admin API, and waits for SIGINT/SIGTERM.
+//! Everything that can be wrong with the config or the machine (bad spec, unknown interface,
+//! not root, admin port in use) is detected before `ready` is printed and exits 64.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use headway_admin::{AdminState, LinkControl, LinkView};
+use headway_config::{AdminConfig, Config, LinkConfig, LinkSpec};
+use headway_emulator::{Bridge, BridgeConfig, BridgeHandle, Direction};
+use headway_link::Params;
+
+use crate::exit::Failure;
+
+/// Arguments of `headway emulate`.
+#[derive(Debug, clap::Args)]
+pub struct EmulateArgs {
+    /// First interface (frames read here go out on --b through the a_to_b link).
+    #[arg(long, value_name = "IFACE")]
+    a: String,
+    /// Second interface.
+    #[arg(long, value_name = "IFACE")]
+    b: String,
+    /// Name of the link in the admin API and metrics.
+    #[arg(long, default_value = "wan")]
+    name: String,
+    /// Link spec for both directions, e.g. "rate=1.5mbit delay=150ms loss=1%".
+    #[arg(long, value_name = "SPEC", default_value = "")]
+    both: String,
+    /// Link spec for the a→b direction only (applied over --both).
+    #[arg(long, value_name = "SPEC")]
+    a_to_b: Option<String>,
+    /// Link spec for the b→a direction only (applied over --both).
+    #[arg(long, value_name = "SPEC")]
+    b_to_a: Option<String>,
+    /// Seed of the loss/jitter random sequence (default: drawn and logged).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Admin API listen address.
+    #[arg(long, default_value = "127.0.0.1:9090")]
+    admin: SocketAddr,
+    /// Admin API bearer token (required when --admin is not loopback).
+    #[arg(long, env = "HEADWAY_TOKEN")]
+    token: Option<String>,
+}
+
+/// `headway emulate`.
+pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
+    let usage = |e: anyhow::Error| Failure::Usage(e);
+    let both: LinkSpec = args
+        .both
+        .parse()
+        .map_err(|e| usage(anyhow::Error::new(e).context("--both")))?;
+    let base = Params::try_from(&both).map_err(|e| usage(anyhow::Error::new(e).context("--both")))?;
+    let dir = |flag: &str, spec: &Option<String>| -> Result<Params, Failure> {
+        match spec {
+            None => Ok(base.clone()),
+            Some(text) => {
+                let s: LinkSpec = text
+                    .parse()
+                    .map_err(|e| usage(anyhow::Error::new(e).context(flag.to_string())))?;
+                s.apply(&base)
+                    .map_err(|e| usage(anyhow::Error::new(e).context(flag.to_string())))
+            }
+        }
+    };
+    let link = LinkConfig {
+        name: args.name,
+        a: args.a,
+        b: args.b,
+        seed: args.seed,
+        a_to_b: dir("--a-to-b", &args.a_to_b)?,
+        b_to_a: dir("--b-to-a", &args.b_to_a)?,
+    };
+    let admin = AdminConfig::new(args.admin, args.token).map_err(|e| usage(e.into()))?;
+    serve(admin, vec![link])
+}
+
+/// `headway check -c FILE`.
+pub fn check(path: &Path) -> Result<(), Failure> {
+    let cfg = Config::from_file(path).map_err(|e| Failure::Usage(e.into()))?;
+    println!(
+        "{}: ok — admin API on {}, {} emulated link(s){}",
+        path.display(),
+        cfg.admin.listen,
+        cfg.links.len(),
+        cfg.links
+            .iter()
+            .map(|l| format!("\n  link {} ({} ↔ {}): a_to_b {}; b_to_a {}", l.name, l.a, l.b,
+                LinkSpec::from(&l.a_to_b), LinkSpec::from(&l.b_to_a)))
+            .collect::<String>()
+    );
+    Ok(())
+}
+
+/// `headway run -c FILE`.
+pub fn run(path: &Path) -> Result<(), Failure> {
+    let cfg = Config::from_file(path).map_err(|e| Failure::Usage(e.into()))?;
+    serve(cfg.admin, cfg.links)
+}
+
+/// Starts every link and the admin API, prints `ready`, and runs until SIGINT/SIGTERM.
+fn serve(admin: AdminConfig, links: Vec<LinkConfig>) -> Result<(), Failure> {
+    let mut bridges = Vec::with_capacity(links.len());
+    for l in links {
+        let seed = l.seed.unwrap_or_else(headway_core::Rng::seed_from_entropy);
+        tracing::info!(link = %l.name, seed, "starting emulated link");
+        let bridge = Bridge::start(BridgeConfig {
+            name: l.name.clone(),
+            a: l.a,
+            b: l.b,
+            a_to_b: l.a_to_b,
+            b_to_a: l.b_to_a,
+            seed,
+        })
+        .map_err(|e| Failure::Usage(anyhow::Error::new(e).context(format!("link {}", l.name))))?;
+        bridges.push(bridge);
+    }
+    let handles: Vec<BridgeHandle> = bridges.iter().map(Bridge::handle).collect();
+    let mut registry = prometheus_client::registry::Registry::with_prefix("headway");
+    for h in &handles {
+        h.register(&mut registry);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+        .map_err(Failure::Runtime)?;
+    let result = runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(admin.listen)
+            .await
+            .with_context(|| format!("cannot listen on {} for the admin API", admin.listen))
+            .map_err(Failure::Usage)?;
+        let state = AdminState::new(
+            Arc::new(EmulatedLinks { handles }),
+            registry,
+            admin.token.clone(),
+        );
+        println!("ready");
+        tracing::info!(admin = %admin.listen, "serving");
+        headway_admin::serve(listener, state, shutdown_signal())
+            .await
+            .context("admin API failed")
+            .map_err(Failure::Runtime)
+    });
+    for b in bridges {
+        let stats = b.stop();
+        tracing::info!(?stats, "link stopped");
+    }
+    result
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+}
+
+/// The admin API's view of the running emulated links.
+struct EmulatedLinks {
+    handles: Vec<BridgeHandle>,
+}
+
+impl EmulatedLinks {
+    fn find(&self, name: &str) -> Option<&BridgeHandle> {
+        self.handles.iter().find(|h| h.name() == name)
+    }
+}
+
+impl LinkControl for EmulatedLinks {
+    fn names(&self) -> Vec<String> {
+        self.handles.iter().map(|h| h.name().to_string()).collect()
+    }
+
+    fn get(&self, name: &str) -> Option<LinkView> {
+        let h = self.find(name)?;
+        let (a, b) = h.interfaces();
+        Some(LinkView {
+            name: name.to_string(),
+            a,
+            b,
+            a_to_b: h.params(Direction::AtoB),
+            b_to_a: h.params(Direction::BtoA),
+            stats: serde_json::to_value(h.stats()).unwrap_or_default(),
+        })
+    }
+
+    fn set(&self, name: &str, a_to_b: Option<Params>, b_to_a: Option<Params>) -> Result<(), String> {
+        let h = self.find(name).ok_or_else(|| format!("no link named {name}"))?;
+        if let Some(p) = a_to_b {
+            h.set_params(Direction::AtoB, p);
+        }
+        if let Some(p) = b_to_a {
+            h.set_params(Direction::BtoA, p);
+        }
+        Ok(())
+    }
+}
