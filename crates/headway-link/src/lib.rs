@@ -14,7 +14,9 @@
 //!    (len + overhead) / rate` on a virtual timeline, so the long-run rate is exact whatever the
 //!    caller's timing error.
 //! 4. **Loss** (Bernoulli or Gilbert–Elliott) decided after serialisation: a lost frame has still
-//!    used its share of the rate, as on a real lossy line.
+//!    used its share of the rate, as on a real lossy line. (The decision is drawn when the frame
+//!    arrives — nothing later can change it — so `handle_packet` says `Queued` and the frame is
+//!    counted in [`Stats::lost`] right away; it simply never comes out of `poll_release`.)
 //! 5. **Delay + jitter**: `release = departure + delay ± jitter`, but never before the previous
 //!    frame's release (no reordering by jitter).
 //! 6. **Reordering**: with its probability a frame is held back by `gap` and may be overtaken.
@@ -22,7 +24,13 @@
 //!
 //! ## Determinism
 //! All randomness comes from the seed given to [`Link::new`]: the same seed and the same
-//! sequence of calls give the same schedule.
+//! sequence of calls give the same schedule. Loss, jitter, duplication and reordering draw from
+//! separate streams, and every frame accepted by the queue takes its draws from each enabled
+//! stream, so changing one of them does not shift the others' decisions.
+//!
+//! ## Cost
+//! O(1) per frame (O(log n) for a frame held back by reordering), no allocation per frame beyond
+//! the growth of the queues; all arithmetic on the timeline is in integer nanoseconds.
 //!
 //! ## Call order
 //! `handle_packet` for each arriving frame (with a non-decreasing `now`), then `poll_release`
@@ -33,7 +41,7 @@
 mod link;
 mod params;
 
-pub use link::{DropReason, Link, Release, Stats, Verdict};
+pub use link::{Backlog, DropReason, Link, Release, Stats, Verdict};
 pub use params::{
     Jitter, JitterDistribution, Loss, Params, ParamsError, QueueLimit, Reorder, ETHERNET_OVERHEAD,
 };

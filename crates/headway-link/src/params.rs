@@ -163,7 +163,9 @@ pub enum ParamsError {
     #[error("mtu {0} is out of range: use 68 to 65535 bytes")]
     Mtu(u32),
     /// The queue limit is zero.
-    #[error("queue limit of zero would drop every frame: use at least 1 packet / 1 byte, or no limit")]
+    #[error(
+        "queue limit of zero would drop every frame: use at least 1 packet / 1 byte, or no limit"
+    )]
     ZeroQueue,
     /// The delay is above the model's maximum.
     #[error("delay {0:?} is above the maximum of 60 s")]
@@ -171,6 +173,9 @@ pub enum ParamsError {
     /// The jitter is above the maximum.
     #[error("jitter {0:?} is above the maximum of 60 s")]
     Jitter(Duration),
+    /// The rate is zero: nothing could ever be serialised (use no rate for an unlimited link).
+    #[error("a rate of zero would never send a frame: give a positive rate, or none for no limit")]
+    ZeroRate,
 }
 
 impl Params {
@@ -187,6 +192,9 @@ impl Params {
         }
         if self.jitter.amount > Duration::from_secs(60) {
             return Err(ParamsError::Jitter(self.jitter.amount));
+        }
+        if self.rate.is_some_and(|r| r.bps() == 0) {
+            return Err(ParamsError::ZeroRate);
         }
         Ok(())
     }
