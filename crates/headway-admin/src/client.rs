@@ -1,0 +1,287 @@
+//! A blocking client of the admin API (ureq), used by `headway ctl` and by tests.
+//!
+//! Owns the HTTP calls and the mapping of failures to [`ClientError`]s that say what to do
+//! (start the instance, pass a token, fix the spec). It does not format output; see `ctl`.
+
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::control::LinkViewJson;
+
+/// A client of one Headway instance's admin API.
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+}
+
+/// Why an admin API call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// No connection could be made.
+    #[error("cannot reach the admin API at {url}: {reason} (is `headway run` running?)")]
+    Unreachable {
+        /// The base URL.
+        url: String,
+        /// What went wrong, e.g. `connection refused`.
+        reason: String,
+    },
+    /// The API refused the token (or none was given and one is required).
+    #[error(
+        "the admin API at {url} refused the request: {message} (give the token with --token or \
+         HEADWAY_TOKEN)"
+    )]
+    Unauthorized {
+        /// The base URL.
+        url: String,
+        /// The API's message.
+        message: String,
+    },
+    /// The API answered with an error status.
+    #[error("{message} (HTTP {status})")]
+    Api {
+        /// The HTTP status.
+        status: u16,
+        /// The API's error message.
+        message: String,
+    },
+    /// The answer was not what the API sends (wrong URL? another program on that port?).
+    #[error("unexpected answer from {url}: {reason}")]
+    Protocol {
+        /// The URL called.
+        url: String,
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+impl ClientError {
+    /// The HTTP status, for errors the API answered with.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Api { status, .. } => Some(*status),
+            ClientError::Unauthorized { .. } => Some(401),
+            _ => None,
+        }
+    }
+}
+
+impl Client {
+    /// A client of the API at `base` (e.g. `http://127.0.0.1:9090`), sending `token` as a
+    /// bearer token when given.
+    pub fn new(base: impl Into<String>, token: Option<String>) -> Client {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(Duration::from_secs(10)))
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build();
+        Client {
+            base: base.into().trim_end_matches('/').to_string(),
+            token,
+            agent: ureq::Agent::new_with_config(config),
+        }
+    }
+
+    /// The base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// `GET /healthz`: `Ok` if the API answers `ok`.
+    pub fn health(&self) -> Result<(), ClientError> {
+        let text = self.text("/healthz")?;
+        if text.trim() == "ok" {
+            Ok(())
+        } else {
+            Err(ClientError::Protocol {
+                url: self.url("/healthz"),
+                reason: format!("expected `ok`, got `{}`", text.trim()),
+            })
+        }
+    }
+
+    /// `GET /api/v1/links`.
+    pub fn links(&self) -> Result<Vec<LinkViewJson>, ClientError> {
+        #[derive(Deserialize)]
+        struct Links {
+            links: Vec<LinkViewJson>,
+        }
+        Ok(self.json::<Links>("GET", "/api/v1/links", None)?.links)
+    }
+
+    /// `GET /api/v1/links/{name}`.
+    pub fn link(&self, name: &str) -> Result<LinkViewJson, ClientError> {
+        self.json("GET", &link_path(name), None)
+    }
+
+    /// `PUT /api/v1/links/{name}` with the given text specs; returns the link's new state.
+    pub fn set_link(
+        &self,
+        name: &str,
+        both: Option<&str>,
+        a_to_b: Option<&str>,
+        b_to_a: Option<&str>,
+    ) -> Result<LinkViewJson, ClientError> {
+        let mut body = serde_json::Map::new();
+        for (k, v) in [("both", both), ("a_to_b", a_to_b), ("b_to_a", b_to_a)] {
+            if let Some(v) = v {
+                body.insert(k.into(), json!(v));
+            }
+        }
+        self.json(
+            "PUT",
+            &link_path(name),
+            Some(serde_json::Value::Object(body)),
+        )
+    }
+
+    /// `GET /metrics`: the OpenMetrics text.
+    pub fn metrics_text(&self) -> Result<String, ClientError> {
+        self.text("/metrics")
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Sends a request and returns the status and body text, mapping transport errors.
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<(u16, String), ClientError> {
+        let url = self.url(path);
+        let auth = self.token.as_ref().map(|t| format!("Bearer {t}"));
+        let result = match (method, body) {
+            ("PUT", Some(body)) => {
+                let mut r = self.agent.put(&url);
+                if let Some(a) = &auth {
+                    r = r.header("authorization", a);
+                }
+                r.send_json(body)
+            }
+            _ => {
+                let mut r = self.agent.get(&url);
+                if let Some(a) = &auth {
+                    r = r.header("authorization", a);
+                }
+                r.call()
+            }
+        };
+        let mut resp = result.map_err(|e| self.transport_error(&url, e))?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| ClientError::Protocol {
+                url: url.clone(),
+                reason: format!("cannot read the body: {e}"),
+            })?;
+        if status == 401 {
+            return Err(ClientError::Unauthorized {
+                url: self.base.clone(),
+                message: error_message(&text),
+            });
+        }
+        if !(200..300).contains(&status) {
+            return Err(ClientError::Api {
+                status,
+                message: error_message(&text),
+            });
+        }
+        Ok((status, text))
+    }
+
+    fn text(&self, path: &str) -> Result<String, ClientError> {
+        self.call("GET", path, None).map(|(_, t)| t)
+    }
+
+    fn json<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<T, ClientError> {
+        let (_, text) = self.call(method, path, body)?;
+        serde_json::from_str(&text).map_err(|e| ClientError::Protocol {
+            url: self.url(path),
+            reason: format!("not the JSON the admin API sends: {e}"),
+        })
+    }
+
+    fn transport_error(&self, url: &str, e: ureq::Error) -> ClientError {
+        let reason = match &e {
+            ureq::Error::Io(io) => match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
+                std::io::ErrorKind::TimedOut => "timed out".to_string(),
+                _ => io.to_string(),
+            },
+            ureq::Error::HostNotFound => "host not found".to_string(),
+            ureq::Error::ConnectionFailed => "connection failed".to_string(),
+            ureq::Error::Timeout(t) => format!("timed out ({t})"),
+            ureq::Error::BadUri(u) => {
+                return ClientError::Protocol {
+                    url: url.to_string(),
+                    reason: format!("`{u}` is not a usable URL: write e.g. http://127.0.0.1:9090"),
+                }
+            }
+            other => {
+                return ClientError::Protocol {
+                    url: url.to_string(),
+                    reason: other.to_string(),
+                }
+            }
+        };
+        ClientError::Unreachable {
+            url: self.base.clone(),
+            reason,
+        }
+    }
+}
+
+/// The API's `{"error": "…"}` message, or the body itself if it is not one.
+fn error_message(text: &str) -> String {
+    #[derive(Deserialize)]
+    struct ApiError {
+        error: String,
+    }
+    serde_json::from_str::<ApiError>(text)
+        .map(|e| e.error)
+        .unwrap_or_else(|_| text.trim().to_string())
+}
+
+/// `/api/v1/links/{name}` with `name` percent-encoded.
+fn link_path(name: &str) -> String {
+    let mut p = String::from("/api/v1/links/");
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            p.push(char::from(b));
+        } else {
+            p.push_str(&format!("%{b:02X}"));
+        }
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_names_are_percent_encoded() {
+        assert_eq!(link_path("wan-1.a_b"), "/api/v1/links/wan-1.a_b");
+        assert_eq!(link_path("a b/c"), "/api/v1/links/a%20b%2Fc");
+    }
+
+    #[test]
+    fn api_error_messages_are_unwrapped() {
+        assert_eq!(error_message(r#"{"error": "no link"}"#), "no link");
+        assert_eq!(error_message("plain\n"), "plain");
+    }
+}

@@ -1,0 +1,36 @@
+//! Headway's admin API: the REST endpoints, Prometheus exposition, and the `headway ctl` client.
+//!
+//! This crate owns the admin listener's HTTP surface and its client. It does not own the things
+//! it controls: the binary implements [`LinkControl`] over whatever runs the links (so this
+//! crate does not depend on the emulator) and hands in the Prometheus registry its roles have
+//! registered their metrics in.
+//!
+//! ## Routes
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /healthz` | `200 ok` (never needs a token) |
+//! | `GET /metrics` | the registry as OpenMetrics text, plus the admin API's own request counters |
+//! | `GET /api/v1/links` | `{"links": [LinkViewJson, …]}` |
+//! | `GET /api/v1/links/{name}` | one [`LinkViewJson`], or 404 |
+//! | `PUT /api/v1/links/{name}` | body [`SetLinkRequest`]; 200 with the new view, 400 for a bad spec (nothing applied), 404 unknown link |
+//!
+//! Errors are JSON objects `{"error": "…"}`. When a token is configured, every route except
+//! `/healthz` requires `Authorization: Bearer <token>` (401 otherwise). Request bodies are
+//! limited to [`BODY_LIMIT`] bytes (413 beyond).
+//!
+//! ## Entry points
+//!
+//! - Server: [`AdminState::new`], then [`serve`] (or [`router`] to embed the routes).
+//! - Client: [`Client`] (blocking), and [`CtlArgs`] + [`run`] for `headway ctl`.
+#![forbid(unsafe_code)]
+
+mod client;
+mod control;
+mod ctl;
+mod server;
+
+pub use client::{Client, ClientError};
+pub use control::{LinkControl, LinkView, LinkViewJson, SetLinkRequest};
+pub use ctl::{run, run_to, CtlArgs, CtlCommand, Direction, LinkCommand};
+pub use server::{router, serve, AdminState, BODY_LIMIT, OPENMETRICS_CONTENT_TYPE};

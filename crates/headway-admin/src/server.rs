@@ -1,0 +1,362 @@
+//! The admin HTTP server (axum on hyper).
+//!
+//! Owns the routes (see the crate docs), the bearer-token check, the request body limit, the
+//! JSON error format and the admin API's own request counter. It does not own the links or the
+//! other metrics: those come in through [`AdminState::new`] as a [`LinkControl`] and a
+//! registry.
+//!
+//! Layers, outermost first: request counting (so 401s are counted too), token check, body
+//! limit, then the route. `PUT` is validate-then-apply: both directions' new parameters are
+//! built and validated before [`LinkControl::set`] is called once.
+
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use headway_config::LinkSpec;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use serde_json::json;
+
+use crate::control::{LinkControl, LinkViewJson, SetLinkRequest};
+
+/// The largest request body accepted, in bytes; larger bodies get 413.
+pub const BODY_LIMIT: usize = 64 * 1024;
+
+/// The content type of `GET /metrics`.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Everything the admin routes need; cheap to clone.
+#[derive(Clone)]
+pub struct AdminState {
+    control: Arc<dyn LinkControl>,
+    registry: Arc<Registry>,
+    token: Option<Arc<str>>,
+    requests: Family<RequestLabels, Counter>,
+    /// Serialises `PUT`s so that their read-modify-write sequences do not interleave.
+    put_lock: Arc<parking_lot::Mutex<()>>,
+}
+
+/// Labels of the admin API's request counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    /// The route template (`/api/v1/links/{name}`), or `unmatched`.
+    route: String,
+    /// The HTTP method.
+    method: String,
+    /// The response status code.
+    status: u16,
+}
+
+impl AdminState {
+    /// State for the admin routes. Registers the admin API's own metric
+    /// (`admin_requests_total{route, method, status}`, under the registry's prefix) in
+    /// `registry`; the registry is read-only from then on. `token`, when set, is required on
+    /// every route except `/healthz`.
+    pub fn new(
+        control: Arc<dyn LinkControl>,
+        mut registry: Registry,
+        token: Option<String>,
+    ) -> Self {
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "admin_requests",
+            "Admin API requests by route, method and response status",
+            requests.clone(),
+        );
+        AdminState {
+            control,
+            registry: Arc::new(registry),
+            token: token.map(Arc::from),
+            requests,
+            put_lock: Arc::new(parking_lot::Mutex::new(())),
+        }
+    }
+}
+
+/// Serves the admin API on `listener` until `shutdown` resolves, then lets in-flight requests
+/// finish and returns.
+///
+/// Errors only if accepting fails fatally. Not cancel-safe in the sense that dropping the
+/// future stops accepting but connections already accepted may finish on their own tasks; use
+/// `shutdown` to stop cleanly.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AdminState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// The admin routes as an axum [`Router`], for embedding in another server.
+pub fn router(state: AdminState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/links", get(list_links))
+        .route("/api/v1/links/{name}", get(show_link).put(set_link))
+        .fallback(no_route)
+        .method_not_allowed_fallback(no_method)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(state.clone(), authorize))
+        .layer(middleware::from_fn_with_state(state.clone(), count))
+        .with_state(state)
+}
+
+/// A JSON error response.
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(json!({ "error": message.into() }))).into_response()
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn metrics(State(state): State<AdminState>) -> Response {
+    let mut text = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &state.registry) {
+        tracing::error!(error = %e, "cannot encode metrics");
+        return error(StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics");
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(OPENMETRICS_CONTENT_TYPE),
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn list_links(State(state): State<AdminState>) -> Response {
+    let links: Vec<LinkViewJson> = state
+        .control
+        .names()
+        .iter()
+        .filter_map(|n| state.control.get(n))
+        .map(|v| LinkViewJson::from(&v))
+        .collect();
+    Json(json!({ "links": links })).into_response()
+}
+
+fn unknown_link(state: &AdminState, name: &str) -> Response {
+    let names = state.control.names();
+    let known = if names.is_empty() {
+        "there are no links".to_string()
+    } else {
+        format!("links: {}", names.join(", "))
+    };
+    error(
+        StatusCode::NOT_FOUND,
+        format!("no link named `{name}`; {known}"),
+    )
+}
+
+async fn show_link(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
+    match state.control.get(&name) {
+        Some(v) => Json(LinkViewJson::from(&v)).into_response(),
+        None => unknown_link(&state, &name),
+    }
+}
+
+async fn set_link(
+    State(state): State<AdminState>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the request body is larger than {BODY_LIMIT} bytes"),
+            )
+        }
+        Err(e) => return error(e.status(), e.body_text()),
+    };
+    let req: SetLinkRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "the body is not a valid request: {e}; send a JSON object such as \
+                     {{\"both\": \"delay=20ms loss=1%\"}} with any of `both`, `a_to_b`, `b_to_a`"
+                ),
+            )
+        }
+    };
+    if req.both.is_none() && req.a_to_b.is_none() && req.b_to_a.is_none() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "nothing to change: give at least one of `both`, `a_to_b`, `b_to_a`",
+        );
+    }
+    let both = req.both.map(|s| s.0).unwrap_or_default();
+    let dir = |own: Option<headway_config::LinkSpecInput>| -> Option<LinkSpec> {
+        let merged = both.merged(&own.map(|s| s.0).unwrap_or_default());
+        (!merged.is_empty()).then_some(merged)
+    };
+    let (a_spec, b_spec) = (dir(req.a_to_b), dir(req.b_to_a));
+
+    let _serialised = state.put_lock.lock();
+    let Some(view) = state.control.get(&name) else {
+        return unknown_link(&state, &name);
+    };
+    let apply = |label: &str, spec: &Option<LinkSpec>, current| match spec {
+        None => Ok(None),
+        Some(s) => s
+            .apply(current)
+            .map(Some)
+            .map_err(|e| format!("{label}: {e}")),
+    };
+    // Validate everything before applying anything.
+    let (a_to_b, b_to_a) = match (
+        apply("a_to_b", &a_spec, &view.a_to_b),
+        apply("b_to_a", &b_spec, &view.b_to_a),
+    ) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    if let Err(e) = state.control.set(&name, a_to_b, b_to_a) {
+        tracing::warn!(link = %name, error = %e, "link refused new parameters");
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("link `{name}` refused the change: {e}"),
+        );
+    }
+    match state.control.get(&name) {
+        Some(v) => {
+            tracing::info!(
+                link = %name,
+                a_to_b = %LinkSpec::from(&v.a_to_b),
+                b_to_a = %LinkSpec::from(&v.b_to_a),
+                "link parameters changed"
+            );
+            Json(LinkViewJson::from(&v)).into_response()
+        }
+        None => unknown_link(&state, &name),
+    }
+}
+
+async fn no_route(method: Method, uri: Uri) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        format!(
+            "no route {method} {}; routes: GET /healthz, GET /metrics, GET /api/v1/links, \
+             GET|PUT /api/v1/links/{{name}}",
+            uri.path()
+        ),
+    )
+}
+
+async fn no_method(method: Method, uri: Uri) -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{method} is not allowed on {}", uri.path()),
+    )
+}
+
+/// Requires `Authorization: Bearer <token>` on every route but `/healthz` when a token is set.
+async fn authorize(State(state): State<AdminState>, req: Request, next: Next) -> Response {
+    let Some(token) = &state.token else {
+        return next.run(req).await;
+    };
+    if req.uri().path() == "/healthz" || bearer_matches(req.headers(), token) {
+        return next.run(req).await;
+    }
+    let mut r = error(
+        StatusCode::UNAUTHORIZED,
+        "missing or wrong token: send `Authorization: Bearer <token>` (headway ctl: --token or \
+         HEADWAY_TOKEN)",
+    );
+    r.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    r
+}
+
+fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+    let Some(given) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
+    else {
+        return false;
+    };
+    constant_time_eq(given.as_bytes(), token.as_bytes())
+}
+
+/// Compares without an early exit, so the time taken does not reveal how much of a guessed
+/// token was right. (The length is not hidden.)
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+/// Counts every request by route template, method and status.
+async fn count(State(state): State<AdminState>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |m| m.as_str().to_string());
+    let method = req.method().to_string();
+    let resp = next.run(req).await;
+    state
+        .requests
+        .get_or_create(&RequestLabels {
+            route,
+            method,
+            status: resp.status().as_u16(),
+        })
+        .inc();
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_by_content() {
+        assert!(constant_time_eq(b"s3cret", b"s3cret"));
+        assert!(!constant_time_eq(b"s3cret", b"s3creT"));
+        assert!(!constant_time_eq(b"s3cret", b"s3cre"));
+        assert!(constant_time_eq(b"", b""));
+    }
+
+    #[test]
+    fn bearer_header_is_parsed() {
+        let mut h = HeaderMap::new();
+        assert!(!bearer_matches(&h, "t"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer t"));
+        assert!(bearer_matches(&h, "t"));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("bearer  t "),
+        );
+        assert!(bearer_matches(&h, "t"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic t"));
+        assert!(!bearer_matches(&h, "t"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer"));
+        assert!(!bearer_matches(&h, "t"));
+    }
+}

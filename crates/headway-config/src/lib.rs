@@ -1,0 +1,38 @@
+//! Headway's configuration: the file schema, the link spec syntax, and their conversion into
+//! validated runtime types.
+//!
+//! This crate owns everything users write to configure Headway — the TOML file and the
+//! one-line link specs used on the command line and in the admin API — and the single place
+//! where it is validated ("parse, don't validate"). It does not start anything, open sockets or
+//! touch interfaces; the binary takes a [`Config`] and wires the roles.
+//!
+//! ## Two layers
+//!
+//! 1. [`file::ConfigFile`]: what serde reads (`deny_unknown_fields`, units typed as
+//!    `"1.5mbit"`, `"150ms"`, `"64KiB"`), with source spans kept for messages.
+//! 2. [`Config`]: validated runtime types, built once with `TryFrom<ConfigFile>`. Each link
+//!    direction is a validated [`headway_link::Params`].
+//!
+//! [`LinkSpec`] is the partial, user-facing form of one link direction's parameters; its text
+//! syntax and keys are documented in [`spec`].
+//!
+//! ## Entry points
+//!
+//! - [`Config::from_file`] / [`Config::parse`]: a file to a [`Config`], or a [`ConfigError`]
+//!   that reads `headway.toml:7:9: unknown field `dely`, expected one of … — did you mean
+//!   `delay`?`.
+//! - `"rate=1.5mbit delay=150ms".parse::<LinkSpec>()`, [`LinkSpec::apply`],
+//!   `Params::try_from(&spec)` and `LinkSpec::from(&params)`.
+//!
+//! `crates/headway-config/examples/headway.toml` is a complete, commented config file.
+#![forbid(unsafe_code)]
+
+mod config;
+pub mod file;
+pub mod spec;
+mod suggest;
+
+pub use config::{
+    AdminConfig, AdminError, Config, ConfigError, LinkConfig, Location, DEFAULT_ADMIN_LISTEN,
+};
+pub use spec::{JitterDist, Limit, LinkSpec, LinkSpecInput, LossSpec, Overhead, SpecError};
