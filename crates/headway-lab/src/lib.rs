@@ -17,8 +17,13 @@
 //!   emulator, with its report;
 //! - [`cli`]: the [`LabCommand`] the binary embeds as `headway lab …`, and [`run`].
 //!
+//! - [`fetch`]: the HTTP download tool (`headway lab tool fetch`) the demo and benchmarks use;
+//! - [`bench`]: `headway bench …`, scenario benchmarks beside same-run baselines;
+//! - [`demo`]: `headway demo`, the main job on an embedded default;
+//! - [`report`]: charts for reports.
+//!
 //! It does not implement the link model or the emulator (that is `headway emulate`, which the lab
-//! starts as a child process of the same binary), nor scenario benchmarks or the demo.
+//! starts as a child process of the same binary).
 //!
 //! Entry points: [`run`] for the command line; [`Lab::up`] for library use (tests, benchmarks):
 //!
@@ -37,18 +42,24 @@
 //! namespace, and is killed before its namespace is deleted.
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod calibrate;
 pub mod cli;
+pub mod demo;
+pub mod fetch;
 pub mod interrupt;
 pub mod lab;
 pub mod netns;
 pub mod presets;
+pub mod report;
 pub mod spec;
 pub mod stats;
 pub mod tool;
 pub mod topology;
 
+pub use bench::BenchCommand;
 pub use cli::{run, LabCommand};
+pub use demo::DemoArgs;
 pub use lab::{Background, Lab, LabOptions, LabState, WanMode};
 pub use spec::{Dir, LinkSetting, LinkSpec};
 pub use topology::{Addresses, TopologyKind};

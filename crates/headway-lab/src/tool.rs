@@ -48,6 +48,8 @@ pub enum ToolCommand {
     Echo(EchoArgs),
     /// Send echo requests at a fixed interval and report round-trip times.
     Probe(ProbeArgs),
+    /// Download a URL path over HTTP/1.1 and report time, bytes and SHA-256.
+    Fetch(crate::fetch::FetchArgs),
 }
 
 /// `udp-sink` arguments.
@@ -115,6 +117,7 @@ pub struct ProbeArgs {
 /// Runs a tool subcommand.
 pub fn run(cmd: ToolCommand) -> Result<()> {
     match cmd {
+        ToolCommand::Fetch(a) => crate::fetch::run(a),
         ToolCommand::UdpSink(a) => {
             let sock = bind(a.listen)?;
             let report = sink(&sock, a.idle, a.max_time, say_ready)?;

@@ -1,0 +1,56 @@
+//! `headway origin`: a small, fast HTTP/1.1 origin server with a deterministic corpus, for
+//! Headway's lab, tests and benchmarks, and the fetch client the lab measures downloads with.
+//!
+//! # What it owns
+//!
+//! - [`corpus`]: the pure, deterministic document generator (`(kind, size, seed)` → bytes) and
+//!   the named seed documents of scenario 000;
+//! - [`route`]: the URL scheme and `Range` parsing (pure);
+//! - [`server`]: the hyper 1 HTTP/1.1 server (keep-alive, pipelining, streamed bodies with a
+//!   `Content-Length` always set, graceful shutdown);
+//! - [`client`]: [`fetch`], one GET with the body hashed as it streams;
+//! - [`cli`]: [`OriginArgs`] and [`run`], the blocking entry point of `headway origin`.
+//!
+//! It does not do TLS, HTTP/2, compression or request bodies: Headway's ADC in front of it does
+//! the interesting parts.
+//!
+//! # URL scheme
+//!
+//! | request | response |
+//! | --- | --- |
+//! | `GET /` | an HTML index of this scheme and of the named files |
+//! | `GET /corpus/{pdf\|doc\|random\|html}/{size}` | the document of that kind, `size` (`12MB`, `64KiB`, `128B`, `1500`; parsed as a [`headway_core::ByteSize`]) and seed |
+//! | `GET /files/{name}` | a named seed document ([`corpus::FILES`]: `pdf_small` 1.24 MB … `doc_large` 12.14 MB) |
+//! | `GET /healthz` | 200 `ok` |
+//! | `GET /status/{code}` | that status (200–599) with a short body |
+//! | anything else | 404 with a short body |
+//!
+//! Document queries: `?seed=N` (default 1; for `/files` it replaces the file's own seed) and
+//! `?latency=50ms` (delay before the response headers, replacing the server-wide
+//! [`OriginConfig::latency`]); other parameters are ignored. Bad parameters get 400, other
+//! methods than GET and HEAD 405, and requests hyper cannot parse 400 (the connection is then
+//! closed; the server goes on).
+//!
+//! Documents carry `Content-Type` by kind (`application/pdf`, `application/msword`,
+//! `application/octet-stream`, `text/html`), a strong `ETag` derived from generation, kind,
+//! size and seed, a fixed `Last-Modified` ([`server::LAST_MODIFIED`]), `Accept-Ranges: bytes`
+//! and the configured `Cache-Control`. They answer `If-None-Match` with 304, one
+//! `Range: bytes=a-b` / `a-` / `-n` with 206 (or 416), and honour `If-Range`.
+//!
+//! # Entry points
+//!
+//! Library users bind with [`listen`] (or their own `TcpListener`) and call [`serve`] with a
+//! shutdown future; the binary calls [`run`]. Verify a transfer by comparing [`Fetch::sha256`]
+//! with [`corpus::sha256`].
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod client;
+pub mod corpus;
+pub mod route;
+pub mod server;
+
+pub use cli::{run, OriginArgs};
+pub use client::{fetch, fetch_blocking, Fetch, FetchError};
+pub use corpus::{Document, Kind};
+pub use server::{listen, serve, ListenError, OriginConfig};

@@ -1,0 +1,304 @@
+//! Request targets and `Range` headers, parsed into what the origin will serve.
+//!
+//! This module owns the URL scheme (see the crate documentation) and byte-range parsing. It is
+//! pure: [`Route::parse`] takes the path and query of a request target and [`ByteRange::parse`]
+//! a `Range` header value; neither looks at anything else. The server calls `Route::parse` first,
+//! then, for documents, evaluates preconditions and only then `ByteRange::parse`.
+
+use std::time::Duration;
+
+use headway_core::units::parse_duration;
+use headway_core::ByteSize;
+
+use crate::corpus::{self, Document, Kind};
+
+/// What a request target asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// `GET /`: the index page describing the URL scheme.
+    Index,
+    /// `GET /healthz`: 200 `ok`.
+    Healthz,
+    /// `GET /status/{code}`: an empty-ish response with that status.
+    Status(u16),
+    /// `GET /corpus/{kind}/{size}` or `GET /files/{name}`: a document, with an optional
+    /// per-request latency from `?latency=` that replaces the server's default.
+    Document {
+        /// The document to serve.
+        doc: Document,
+        /// Latency before the response headers, if the query gave one.
+        latency: Option<Duration>,
+    },
+    /// Anything else: 404.
+    NotFound,
+}
+
+/// A request target that names a route but with unusable parameters (answered with 400).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RouteError {
+    /// The `{kind}` of `/corpus/{kind}/{size}` is not a known kind.
+    #[error(transparent)]
+    Kind(#[from] corpus::UnknownKind),
+    /// The `{size}` of `/corpus/{kind}/{size}` does not parse as a size.
+    #[error("bad size `{0}` (examples: 12MB, 64KiB, 128B, 1500)")]
+    Size(String),
+    /// `?seed=` is not an unsigned 64-bit integer.
+    #[error("bad seed `{0}` (an unsigned integer)")]
+    Seed(String),
+    /// `?latency=` is not a duration.
+    #[error("bad latency `{0}` (examples: 50ms, 1.5s)")]
+    Latency(String),
+    /// `/status/{code}` is not a number in 200..=599.
+    #[error("bad status `{0}` (a number from 200 to 599)")]
+    Status(String),
+}
+
+impl Route {
+    /// The route for request path `path` and query `query` (without the `?`).
+    ///
+    /// Unknown query parameters are ignored (benchmarks add cache-busting ones); of repeated
+    /// parameters the last wins.
+    pub fn parse(path: &str, query: Option<&str>) -> Result<Route, RouteError> {
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        match segments.as_slice() {
+            [""] => Ok(Route::Index),
+            ["healthz"] => Ok(Route::Healthz),
+            ["status", code] => match code.parse::<u16>() {
+                Ok(c) if (200..=599).contains(&c) => Ok(Route::Status(c)),
+                _ => Err(RouteError::Status((*code).to_owned())),
+            },
+            ["corpus", kind, size] => {
+                let kind: Kind = kind.parse()?;
+                let size: ByteSize = size
+                    .parse()
+                    .map_err(|_| RouteError::Size((*size).to_owned()))?;
+                let q = Query::parse(query)?;
+                Ok(Route::Document {
+                    doc: Document::new(kind, size.bytes(), q.seed.unwrap_or(1)),
+                    latency: q.latency,
+                })
+            }
+            ["files", name] => match corpus::file(name) {
+                Some(doc) => {
+                    let q = Query::parse(query)?;
+                    let doc = match q.seed {
+                        Some(seed) => Document::new(doc.kind(), doc.size(), seed),
+                        None => doc,
+                    };
+                    Ok(Route::Document {
+                        doc,
+                        latency: q.latency,
+                    })
+                }
+                None => Ok(Route::NotFound),
+            },
+            _ => Ok(Route::NotFound),
+        }
+    }
+}
+
+/// The query parameters the origin understands.
+#[derive(Debug, Default)]
+struct Query {
+    seed: Option<u64>,
+    latency: Option<Duration>,
+}
+
+impl Query {
+    fn parse(query: Option<&str>) -> Result<Query, RouteError> {
+        let mut q = Query::default();
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            match k {
+                "seed" => {
+                    q.seed = Some(v.parse().map_err(|_| RouteError::Seed(v.to_owned()))?);
+                }
+                "latency" => {
+                    q.latency =
+                        Some(parse_duration(v).map_err(|_| RouteError::Latency(v.to_owned()))?);
+                }
+                _ => {}
+            }
+        }
+        Ok(q)
+    }
+}
+
+/// The outcome of a `Range` header against a representation of a known length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ByteRange {
+    /// Serve the whole representation with 200 (no header, or one the origin ignores: another
+    /// unit, several ranges, or a syntax error — RFC 9110 §14.2 lets a server ignore `Range`).
+    Full,
+    /// Serve bytes `start..=end` with 206.
+    Partial {
+        /// First byte, inclusive.
+        start: u64,
+        /// Last byte, inclusive (`end < len`).
+        end: u64,
+    },
+    /// No byte of the range exists: 416 with `Content-Range: bytes */len`.
+    Unsatisfiable,
+}
+
+impl ByteRange {
+    /// Evaluates a `Range` header value against a representation of `len` bytes.
+    ///
+    /// Supports one range of the forms `bytes=a-b`, `bytes=a-` and `bytes=-n`.
+    pub fn parse(header: Option<&str>, len: u64) -> ByteRange {
+        let Some(h) = header else {
+            return ByteRange::Full;
+        };
+        // RFC 9110 §14.1.1: the unit is case-insensitive; whitespace around the set is allowed.
+        let h = h.trim();
+        let Some(unit_end) = h.find('=') else {
+            return ByteRange::Full;
+        };
+        if !h[..unit_end].trim().eq_ignore_ascii_case("bytes") {
+            return ByteRange::Full;
+        }
+        let spec = h[unit_end + 1..].trim();
+        if spec.contains(',') {
+            return ByteRange::Full;
+        }
+        let Some((a, b)) = spec.split_once('-') else {
+            return ByteRange::Full;
+        };
+        let (a, b) = (a.trim(), b.trim());
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
+        if a.is_empty() {
+            // RFC 9110 §14.1.2: suffix range, the last n bytes.
+            if !digits(b) {
+                return ByteRange::Full;
+            }
+            let n: u64 = b.parse().unwrap_or(u64::MAX);
+            if n == 0 || len == 0 {
+                return ByteRange::Unsatisfiable;
+            }
+            let n = n.min(len);
+            return ByteRange::Partial {
+                start: len - n,
+                end: len - 1,
+            };
+        }
+        if !digits(a) || !(b.is_empty() || digits(b)) {
+            return ByteRange::Full;
+        }
+        let start: u64 = a.parse().unwrap_or(u64::MAX);
+        let end: u64 = if b.is_empty() {
+            u64::MAX
+        } else {
+            b.parse().unwrap_or(u64::MAX)
+        };
+        if end < start {
+            // RFC 9110 §14.1.1: an invalid range-spec; the whole header is ignored.
+            return ByteRange::Full;
+        }
+        if start >= len {
+            return ByteRange::Unsatisfiable;
+        }
+        ByteRange::Partial {
+            start,
+            end: end.min(len - 1),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn corpus_routes() {
+        assert_eq!(
+            Route::parse("/corpus/pdf/12MB", None),
+            Ok(Route::Document {
+                doc: Document::new(Kind::Pdf, 12_000_000, 1),
+                latency: None
+            })
+        );
+        assert_eq!(
+            Route::parse("/corpus/html/64KiB", Some("seed=7&latency=50ms&x=1")),
+            Ok(Route::Document {
+                doc: Document::new(Kind::Html, 65_536, 7),
+                latency: Some(Duration::from_millis(50))
+            })
+        );
+        assert_eq!(
+            Route::parse("/corpus/random/1500", Some("")),
+            Ok(Route::Document {
+                doc: Document::new(Kind::Random, 1500, 1),
+                latency: None
+            })
+        );
+        assert!(matches!(
+            Route::parse("/corpus/exe/1MB", None),
+            Err(RouteError::Kind(_))
+        ));
+        assert!(matches!(
+            Route::parse("/corpus/doc/12XB", None),
+            Err(RouteError::Size(_))
+        ));
+        assert!(matches!(
+            Route::parse("/corpus/doc/1", Some("seed=-1")),
+            Err(RouteError::Seed(_))
+        ));
+        assert!(matches!(
+            Route::parse("/corpus/doc/1", Some("latency=soon")),
+            Err(RouteError::Latency(_))
+        ));
+    }
+
+    #[test]
+    fn other_routes() {
+        assert_eq!(Route::parse("/", None), Ok(Route::Index));
+        assert_eq!(Route::parse("/healthz", None), Ok(Route::Healthz));
+        assert_eq!(Route::parse("/status/503", None), Ok(Route::Status(503)));
+        assert!(Route::parse("/status/42", None).is_err());
+        assert_eq!(Route::parse("/nope", None), Ok(Route::NotFound));
+        assert_eq!(Route::parse("/corpus/pdf", None), Ok(Route::NotFound));
+        assert_eq!(Route::parse("/files/nope", None), Ok(Route::NotFound));
+        assert_eq!(
+            Route::parse("/files/pdf_small", None),
+            Ok(Route::Document {
+                doc: Document::new(Kind::Pdf, 1_240_000, 101),
+                latency: None
+            })
+        );
+    }
+
+    #[test]
+    fn ranges() {
+        use ByteRange::*;
+        assert_eq!(ByteRange::parse(None, 100), Full);
+        assert_eq!(
+            ByteRange::parse(Some("bytes=10-19"), 100),
+            Partial { start: 10, end: 19 }
+        );
+        assert_eq!(
+            ByteRange::parse(Some("bytes=90-"), 100),
+            Partial { start: 90, end: 99 }
+        );
+        assert_eq!(
+            ByteRange::parse(Some("bytes=90-500"), 100),
+            Partial { start: 90, end: 99 }
+        );
+        assert_eq!(
+            ByteRange::parse(Some("bytes=-10"), 100),
+            Partial { start: 90, end: 99 }
+        );
+        assert_eq!(
+            ByteRange::parse(Some("bytes=-1000"), 100),
+            Partial { start: 0, end: 99 }
+        );
+        assert_eq!(ByteRange::parse(Some("bytes=100-"), 100), Unsatisfiable);
+        assert_eq!(ByteRange::parse(Some("bytes=-0"), 100), Unsatisfiable);
+        assert_eq!(ByteRange::parse(Some("bytes=0-0"), 0), Unsatisfiable);
+        assert_eq!(ByteRange::parse(Some("bytes=0-1,5-6"), 100), Full);
+        assert_eq!(ByteRange::parse(Some("items=0-1"), 100), Full);
+        assert_eq!(ByteRange::parse(Some("bytes=5-1"), 100), Full);
+        assert_eq!(ByteRange::parse(Some("bytes=x-1"), 100), Full);
+        assert_eq!(ByteRange::parse(Some("bytes"), 100), Full);
+    }
+}

@@ -1,0 +1,491 @@
+//! The HTTP/1.1 server: accept loop, connections, responses and streamed corpus bodies.
+//!
+//! This module owns everything between the listening socket and the bytes of a response. Call
+//! order: [`listen`] (or bind a `TcpListener` yourself), then [`serve`] with an [`OriginConfig`]
+//! and a shutdown future. `serve` accepts connections until the shutdown future completes, then
+//! stops accepting, asks every connection to finish its in-flight request and close, and returns
+//! once all have.
+//!
+//! Each request goes through: [`Route::parse`] → method check → latency → conditional request
+//! (`If-None-Match`, RFC 9110 §13.2.2 order) → `If-Range`/`Range` → response. Document bodies
+//! are streamed in chunks sliced out of generated 1 MiB periods kept in a small shared cache, so
+//! in steady state a body costs no generation and no copy. It does not do TLS, HTTP/2, request
+//! bodies (they are ignored) or compression.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::corpus::{self, Document, Kind, PERIOD};
+use crate::route::{ByteRange, Route};
+
+/// The fixed `Last-Modified` of every document: corpus documents never change within a
+/// generation.
+pub const LAST_MODIFIED: &str = "Mon, 01 Jan 2024 00:00:00 GMT";
+
+/// Largest chunk of a streamed body.
+const CHUNK: usize = 256 * 1024;
+
+/// Generated periods kept for reuse (each is [`PERIOD`] = 1 MiB).
+const CACHED_PERIODS: usize = 128;
+
+/// How the origin serves; shared by all connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OriginConfig {
+    /// Address to listen on (used by [`crate::run`]; [`serve`] takes a bound listener).
+    pub listen: SocketAddr,
+    /// Latency added before the response headers of every request, unless the request's
+    /// `?latency=` says otherwise. Default 0.
+    pub latency: Duration,
+    /// `Cache-Control` value for documents (corpus and files), e.g. `max-age=60`. Default none.
+    pub cache_control: Option<String>,
+}
+
+impl Default for OriginConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            latency: Duration::ZERO,
+            cache_control: None,
+        }
+    }
+}
+
+/// The origin could not listen on its address.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ListenError {
+    /// Binding the address failed (in use, not local, not permitted…).
+    #[error("cannot listen on {addr}: {reason}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// A one-line, lower-case description of the cause.
+        reason: String,
+        /// The underlying error (not chained as a source: `reason` already describes it, and
+        /// the message must stay one line under `{:#}`).
+        error: io::Error,
+    },
+}
+
+/// Binds a listener on `addr`, with an error message that is one clear line.
+pub async fn listen(addr: SocketAddr) -> Result<TcpListener, ListenError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|error| ListenError::Bind {
+            addr,
+            reason: describe(&error),
+            error,
+        })
+}
+
+/// A short lower-case description of an I/O error, without the `(os error N)` suffix.
+pub(crate) fn describe(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::AddrInUse => "address already in use".into(),
+        io::ErrorKind::AddrNotAvailable => "address not available on this host".into(),
+        io::ErrorKind::PermissionDenied => "permission denied".into(),
+        io::ErrorKind::ConnectionRefused => "connection refused".into(),
+        _ => {
+            let s = e.to_string();
+            let s = match s.find(" (os error") {
+                Some(i) => &s[..i],
+                None => &s,
+            };
+            let mut c = s.chars();
+            match c.next() {
+                Some(f) => f.to_lowercase().chain(c).collect(),
+                None => String::new(),
+            }
+        }
+    }
+}
+
+/// Serves the origin on `listener` until `shutdown` completes, then shuts down gracefully: stops
+/// accepting, lets every in-flight request finish (connections are closed after their current
+/// response), and returns when all connections are closed.
+///
+/// Errors accepting a connection (e.g. too many open files) are logged and the loop goes on;
+/// the function only fails if the listener's local address cannot be read. Cancel safety:
+/// dropping the future drops the listener and aborts all connections.
+pub async fn serve(
+    listener: TcpListener,
+    cfg: OriginConfig,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let local = listener.local_addr()?;
+    tracing::info!(addr = %local, "origin listening");
+    let state = Arc::new(State {
+        cfg,
+        cache: Mutex::new(HashMap::new()),
+    });
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut conns = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    conns.spawn(connection(stream, peer, state.clone(), stop_rx.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    // Avoid spinning when out of file descriptors.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    tracing::info!(addr = %local, open = conns.len(), "origin shutting down");
+    let _ = stop_tx.send(true);
+    while conns.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Shared per-server state.
+struct State {
+    cfg: OriginConfig,
+    /// Generated periods by `(kind, seed, period index)`.
+    cache: Mutex<HashMap<(Kind, u64, u64), Bytes>>,
+}
+
+impl State {
+    /// Period `index` of the `(kind, seed)` stream, from the cache or generated.
+    fn period(&self, kind: Kind, seed: u64, index: u64) -> Bytes {
+        let key = (kind, seed, index);
+        if let Some(b) = self.cache.lock().get(&key) {
+            return b.clone();
+        }
+        let mut v = vec![0; PERIOD];
+        corpus::fill(kind, seed, index * PERIOD as u64, &mut v);
+        let b = Bytes::from(v);
+        let mut cache = self.cache.lock();
+        if cache.len() >= CACHED_PERIODS {
+            // Evicting an arbitrary entry is enough for a lab server: the working set of a
+            // benchmark (one or a few documents) fits.
+            if let Some(k) = cache.keys().next().copied() {
+                cache.remove(&k);
+            }
+        }
+        cache.insert(key, b.clone());
+        b
+    }
+}
+
+/// Serves one connection until it closes or the server stops.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    state: Arc<State>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let service = hyper::service::service_fn(move |req| {
+        let state = state.clone();
+        async move { Ok::<_, std::convert::Infallible>(respond(&state, req).await) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        // Not `pipeline_flush(true)`: with it, hyper 1.12 drops its automatic 400 for a
+        // malformed request (the connection closes before the flush). Pipelining still works;
+        // each response is flushed on its own.
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = async { let _ = stop.wait_for(|s| *s).await; } => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        // Malformed requests end here after hyper has answered 400.
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// The response to one request.
+async fn respond(state: &Arc<State>, req: Request<Incoming>) -> Response<Body> {
+    let head = req.method() == Method::HEAD;
+    if req.method() != Method::GET && !head {
+        let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    let route = Route::parse(req.uri().path(), req.uri().query());
+    let latency = match &route {
+        Ok(Route::Document {
+            latency: Some(l), ..
+        }) => *l,
+        _ => state.cfg.latency,
+    };
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let mut resp = match route {
+        Err(e) => text(StatusCode::BAD_REQUEST, &format!("{e}\n")),
+        Ok(Route::Index) => {
+            let mut r = Response::new(Body::full(index_page()));
+            set(&mut r, header::CONTENT_TYPE, "text/html; charset=utf-8");
+            r
+        }
+        Ok(Route::Healthz) => text(StatusCode::OK, "ok\n"),
+        Ok(Route::Status(code)) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            text(
+                status,
+                &format!("{} {}\n", code, status.canonical_reason().unwrap_or("")),
+            )
+        }
+        Ok(Route::NotFound) => text(
+            StatusCode::NOT_FOUND,
+            "not found; see / for the URL scheme\n",
+        ),
+        Ok(Route::Document { doc, .. }) => document(state, &req, doc),
+    };
+    if !resp.headers().contains_key(header::CONTENT_LENGTH) {
+        if let Some(n) = resp.body().size_hint().exact() {
+            set_owned(&mut resp, header::CONTENT_LENGTH, n.to_string());
+        }
+    }
+    if resp.status() == StatusCode::NO_CONTENT || resp.status() == StatusCode::NOT_MODIFIED {
+        resp.headers_mut().remove(header::CONTENT_LENGTH);
+        *resp.body_mut() = Body::empty();
+    } else if head {
+        // RFC 9110 §9.3.2: HEAD gets the GET headers, Content-Length included, and no body.
+        *resp.body_mut() = Body::empty();
+    }
+    resp
+}
+
+/// A document response: 200, 206, 304 or 416.
+fn document(state: &Arc<State>, req: &Request<Incoming>, doc: Document) -> Response<Body> {
+    let etag = doc.etag();
+    let len = doc.size();
+    let headers = req.headers();
+    let mut resp = Response::new(Body::empty());
+    {
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(doc.kind().content_type()),
+        );
+        if let Ok(v) = HeaderValue::from_str(&etag) {
+            h.insert(header::ETAG, v);
+        }
+        h.insert(
+            header::LAST_MODIFIED,
+            HeaderValue::from_static(LAST_MODIFIED),
+        );
+        h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+        if let Some(cc) = &state.cfg.cache_control {
+            if let Ok(v) = HeaderValue::from_str(cc) {
+                h.insert(header::CACHE_CONTROL, v);
+            }
+        }
+    }
+    // RFC 9110 §13.2.2: If-None-Match before Range; for GET and HEAD a match is 304.
+    if let Some(inm) = headers.get(header::IF_NONE_MATCH) {
+        if etag_matches(inm.to_str().unwrap_or(""), &etag) {
+            *resp.status_mut() = StatusCode::NOT_MODIFIED;
+            return resp;
+        }
+    }
+    let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
+    // RFC 9110 §13.1.5: If-Range with a validator other than our current ETag → ignore Range.
+    let range = match headers.get(header::IF_RANGE) {
+        Some(ir) if ir.to_str().map(|v| v.trim() != etag).unwrap_or(true) => None,
+        _ => range,
+    };
+    let (start, end) = match ByteRange::parse(range, len) {
+        ByteRange::Full => (0, len),
+        ByteRange::Partial { start, end } => {
+            *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
+            set_owned(
+                &mut resp,
+                header::CONTENT_RANGE,
+                format!("bytes {start}-{end}/{len}"),
+            );
+            (start, end + 1)
+        }
+        ByteRange::Unsatisfiable => {
+            *resp.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
+            set_owned(&mut resp, header::CONTENT_RANGE, format!("bytes */{len}"));
+            set(&mut resp, header::CONTENT_LENGTH, "0");
+            return resp;
+        }
+    };
+    set_owned(&mut resp, header::CONTENT_LENGTH, (end - start).to_string());
+    *resp.body_mut() = Body::Document(DocumentBody {
+        state: state.clone(),
+        doc,
+        next: start,
+        end,
+        period: None,
+    });
+    resp
+}
+
+/// Whether an `If-None-Match` value matches `etag` (weak comparison, RFC 9110 §13.1.2).
+fn etag_matches(header: &str, etag: &str) -> bool {
+    header
+        .split(',')
+        .map(str::trim)
+        .any(|t| t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag)
+}
+
+fn set(resp: &mut Response<Body>, name: header::HeaderName, value: &'static str) {
+    resp.headers_mut()
+        .insert(name, HeaderValue::from_static(value));
+}
+
+fn set_owned(resp: &mut Response<Body>, name: header::HeaderName, value: String) {
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        resp.headers_mut().insert(name, v);
+    }
+}
+
+/// A short `text/plain` response.
+fn text(status: StatusCode, body: &str) -> Response<Body> {
+    let mut r = Response::new(Body::full(Bytes::copy_from_slice(body.as_bytes())));
+    *r.status_mut() = status;
+    set(&mut r, header::CONTENT_TYPE, "text/plain; charset=utf-8");
+    set_owned(&mut r, header::CONTENT_LENGTH, body.len().to_string());
+    r
+}
+
+/// The `GET /` page.
+fn index_page() -> Bytes {
+    let mut files = String::new();
+    for f in corpus::FILES {
+        files.push_str(&format!(
+            "<li><a href=\"/files/{0}\">/files/{0}</a>: {1}, {2} bytes, seed {3}</li>\n",
+            f.name,
+            f.doc.kind(),
+            f.doc.size(),
+            f.doc.seed()
+        ));
+    }
+    Bytes::from(format!(
+        "<!DOCTYPE html>\n<html><head><title>headway origin</title></head><body>\n\
+<h1>headway origin</h1>\n<ul>\n\
+<li><code>GET /corpus/{{pdf|doc|random|html}}/{{size}}[?seed=N][&amp;latency=50ms]</code>: \
+the first <code>size</code> bytes (<code>12MB</code>, <code>64KiB</code>, <code>128B</code>, \
+<code>1500</code>) of the deterministic stream of that kind and seed (default 1). \
+<code>latency</code> delays the response headers (default: the server's <code>--latency</code>).</li>\n\
+<li><code>GET /files/{{name}}</code>: a named seed document (below); <code>?seed</code> and \
+<code>?latency</code> as above.</li>\n\
+<li><code>GET /healthz</code>: 200 <code>ok</code>.</li>\n\
+<li><code>GET /status/{{code}}</code>: that status (200&ndash;599).</li>\n\
+<li>HEAD is supported everywhere; documents support one <code>Range: bytes=a-b</code> (206, 416), \
+<code>If-None-Match</code> (304) and <code>If-Range</code>, and carry a deterministic \
+<code>ETag</code> and a fixed <code>Last-Modified</code>.</li>\n\
+<li>Anything else: 404.</li>\n</ul>\n<h2>Files</h2>\n<ul>\n{files}</ul>\n</body></html>\n"
+    ))
+}
+
+/// A response body: empty, one buffer, or a streamed document range.
+pub(crate) enum Body {
+    /// No bytes.
+    Empty,
+    /// One buffer, sent as one frame.
+    Full(Option<Bytes>),
+    /// A byte range of a document, streamed from the period cache.
+    Document(DocumentBody),
+}
+
+impl Body {
+    fn empty() -> Self {
+        Body::Empty
+    }
+    fn full(b: Bytes) -> Self {
+        Body::Full(Some(b))
+    }
+}
+
+/// The state of a streamed document range.
+pub(crate) struct DocumentBody {
+    state: Arc<State>,
+    doc: Document,
+    /// Next stream offset to send.
+    next: u64,
+    /// Stream offset after the last byte to send.
+    end: u64,
+    /// The period containing `next`, once fetched: (index, bytes).
+    period: Option<(u64, Bytes)>,
+}
+
+impl DocumentBody {
+    /// The next chunk: a zero-copy slice of the cached period holding `next`.
+    fn chunk(&mut self) -> Option<Bytes> {
+        if self.next >= self.end {
+            return None;
+        }
+        let index = self.next / PERIOD as u64;
+        let bytes = match &self.period {
+            Some((i, b)) if *i == index => b.clone(),
+            _ => {
+                let b = self.state.period(self.doc.kind(), self.doc.seed(), index);
+                self.period = Some((index, b.clone()));
+                b
+            }
+        };
+        let within = (self.next % PERIOD as u64) as usize;
+        let left = usize::try_from(self.end - self.next).unwrap_or(usize::MAX);
+        let n = CHUNK.min(PERIOD - within).min(left);
+        self.next += n as u64;
+        Some(bytes.slice(within..within + n))
+    }
+}
+
+impl HttpBody for Body {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let chunk = match self.get_mut() {
+            Body::Empty => None,
+            Body::Full(b) => b.take(),
+            Body::Document(d) => d.chunk(),
+        };
+        Poll::Ready(chunk.map(|b| Ok(Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Body::Empty => true,
+            Body::Full(b) => b.is_none(),
+            Body::Document(d) => d.next >= d.end,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Body::Empty => SizeHint::with_exact(0),
+            Body::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Body::Document(d) => SizeHint::with_exact(d.end - d.next),
+        }
+    }
+}
