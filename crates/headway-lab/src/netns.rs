@@ -256,8 +256,11 @@ pub fn sysctl(ns: &str, settings: &[(&str, &str)]) -> Result<(), NetnsError> {
 }
 
 /// The offloads the lab turns off on every interface, so frames are real packets (GRO would
-/// merge them, TSO/GSO would hand the emulator 64 KB "frames").
-pub const OFFLOADS: [&str; 4] = ["tso", "gso", "gro", "lro"];
+/// merge them, TSO/GSO would hand the emulator 64 KB "frames"), and finished ones: with transmit
+/// checksum offload (`tx`) a veth leaves TCP/UDP checksums to be completed "by the hardware"
+/// (CHECKSUM_PARTIAL), which never happens to a frame copied through AF_PACKET, so the receiver
+/// would drop every TCP and UDP frame that crossed the emulator.
+pub const OFFLOADS: [&str; 5] = ["tso", "gso", "gro", "lro", "tx"];
 
 /// Turns every [`OFFLOADS`] feature off on `ifname` in `ns`, one `ethtool -K` per feature, so a
 /// feature the driver does not support (or has fixed) is skipped instead of failing the rest.
