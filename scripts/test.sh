@@ -14,3 +14,5 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 cargo test --workspace --all-targets
 cargo test --workspace --doc --quiet
+echo "== fuzz smoke (every target, ${FUZZ_SECONDS:-15} s each)"
+FUZZ_SECONDS="${FUZZ_SECONDS:-15}" bash scripts/fuzz-smoke.sh

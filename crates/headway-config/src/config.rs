@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::io::Read as _;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
@@ -296,13 +297,29 @@ fn read_token_file(f: &Spanned<PathBuf>, origin: &Origin) -> Result<String, Conf
     } else {
         path.clone()
     };
-    std::fs::read_to_string(&path).map_err(|e| {
+    let fail = |why: String| {
         invalid(
             origin.locate(Some(f.span())),
-            format!("cannot read the admin token from `{}`: {e}", path.display()),
+            format!(
+                "cannot read the admin token from `{}`: {why}",
+                path.display()
+            ),
         )
-    })
+    };
+    // Read at most a little more than any sane token, so `/dev/zero` or a huge file is an error,
+    // not an out-of-memory.
+    let mut text = String::new();
+    std::fs::File::open(&path)
+        .and_then(|file| file.take(MAX_TOKEN_FILE + 1).read_to_string(&mut text))
+        .map_err(|e| fail(e.to_string()))?;
+    if text.len() as u64 > MAX_TOKEN_FILE {
+        return Err(fail(format!("larger than {MAX_TOKEN_FILE} bytes")));
+    }
+    Ok(text)
 }
+
+/// The largest admin token file read.
+const MAX_TOKEN_FILE: u64 = 4096;
 
 fn link(l: &LinkSection, origin: &Origin) -> Result<LinkConfig, ConfigError> {
     let name = l.name.get_ref();

@@ -42,6 +42,8 @@
 //! - `spec.to_string().parse::<LinkSpec>() == Ok(spec)` for every spec.
 //! - `LinkSpec::from(&params)` names every key, so `Params::try_from(&LinkSpec::from(&p)) == p`
 //!   for every valid `p`.
+//! - [`LinkSpec::changes`]`(b, t)` names only the keys where `t` differs from `b`, and
+//!   `LinkSpec::changes(b, t).apply(b) == Ok(t)` for every valid `t`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -195,6 +197,39 @@ impl LinkSpec {
         }
         p.validate()?;
         Ok(p)
+    }
+
+    /// The keys whose values differ between `base` and `target`, with `target`'s values: the
+    /// spec that turns `base` into `target`, so `LinkSpec::changes(b, t).apply(b) == Ok(t)` for
+    /// every valid `t`.
+    ///
+    /// `LinkSpec::changes(&Params::default(), &p)` is the short form of `p` for people to read
+    /// (`rate=1.5mbit delay=150ms loss=1% queue=50`): `Params::try_from` reads it back as `p`.
+    /// It is *not* a replacement for a live link's settings, which keep every key it does not
+    /// name; send the full `LinkSpec::from(&p)` for that.
+    pub fn changes(base: &Params, target: &Params) -> LinkSpec {
+        fn keep<T: PartialEq>(base: Option<T>, target: Option<T>) -> Option<T> {
+            if base == target {
+                None
+            } else {
+                target
+            }
+        }
+        let (b, t) = (LinkSpec::from(base), LinkSpec::from(target));
+        LinkSpec {
+            rate: keep(b.rate, t.rate),
+            overhead: keep(b.overhead, t.overhead),
+            delay: keep(b.delay, t.delay),
+            jitter: keep(b.jitter, t.jitter),
+            jitter_dist: keep(b.jitter_dist, t.jitter_dist),
+            loss: keep(b.loss, t.loss),
+            duplicate: keep(b.duplicate, t.duplicate),
+            reorder: keep(b.reorder, t.reorder),
+            reorder_gap: keep(b.reorder_gap, t.reorder_gap),
+            queue: keep(b.queue, t.queue),
+            queue_bytes: keep(b.queue_bytes, t.queue_bytes),
+            mtu: keep(b.mtu, t.mtu),
+        }
     }
 
     /// Every key given in both `self` and `over` takes `over`'s value: the spec equivalent of

@@ -78,8 +78,8 @@ impl ManualClock {
 
     /// Moves the clock to `t`; does nothing if `t` is in the clock's past.
     pub fn advance_to(&self, t: Instant) {
-        let target = u64::try_from(t.saturating_duration_since(self.epoch).as_nanos())
-            .unwrap_or(u64::MAX);
+        let target =
+            u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
         self.offset_ns.fetch_max(target, Ordering::SeqCst);
     }
 }
@@ -108,7 +108,11 @@ mod tests {
         c.advance(Duration::from_millis(5));
         assert_eq!(c2.now() - t0, Duration::from_millis(5));
         c2.advance_to(t0 + Duration::from_millis(2));
-        assert_eq!(c.now() - t0, Duration::from_millis(5), "advance_to the past is a no-op");
+        assert_eq!(
+            c.now() - t0,
+            Duration::from_millis(5),
+            "advance_to the past is a no-op"
+        );
         c2.advance_to(t0 + Duration::from_millis(9));
         assert_eq!(c.now() - t0, Duration::from_millis(9));
     }

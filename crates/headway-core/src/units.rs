@@ -54,21 +54,69 @@ pub enum UnitError {
     },
 }
 
-/// Splits `"1.5 mbit"` into `(1.5, "mbit")`.
-fn split_number(text: &str) -> Option<(f64, &str)> {
+/// A non-negative decimal number exactly as written: `int.frac` with `frac_digits` digits after
+/// the point. Parsed without floating point so that large integers (byte counts, nanoseconds)
+/// survive a text round trip exactly.
+#[derive(Debug, Clone, Copy)]
+struct Decimal {
+    int: u128,
+    frac: u128,
+    frac_digits: u32,
+}
+
+impl Decimal {
+    /// `self × mult`, rounded half up to an integer; `None` on overflow.
+    fn scale(self, mult: u128) -> Option<u128> {
+        let whole = self.int.checked_mul(mult)?;
+        if self.frac_digits == 0 {
+            return Some(whole);
+        }
+        let den = 10u128.checked_pow(self.frac_digits)?;
+        let part = self.frac.checked_mul(mult)?.checked_add(den / 2)? / den;
+        whole.checked_add(part)
+    }
+
+    fn as_f64(self) -> f64 {
+        let den = 10f64.powi(self.frac_digits as i32);
+        self.int as f64 + self.frac as f64 / den
+    }
+}
+
+/// Splits `"1.5 mbit"` into `(1.5, "mbit")`; `_` may group digits. `None` if there is no number
+/// or it has more than 30 digits on either side of the point.
+fn split_number(text: &str) -> Option<(Decimal, &str)> {
     let t = text.trim();
     let end = t
         .char_indices()
-        .find(|(_, c)| !(c.is_ascii_digit() || *c == '.' || *c == '_' || *c == '+' ))
+        .find(|(_, c)| !(c.is_ascii_digit() || *c == '.' || *c == '_'))
         .map(|(i, _)| i)
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(end);
     let num: String = num.chars().filter(|c| *c != '_').collect();
-    let v: f64 = num.parse().ok()?;
-    if !v.is_finite() {
+    let (int, frac) = match num.split_once('.') {
+        Some((i, f)) => (i, f),
+        None => (num.as_str(), ""),
+    };
+    if (int.is_empty() && frac.is_empty()) || frac.contains('.') || int.len() > 30 {
         return None;
     }
-    Some((v, unit.trim()))
+    // Digits beyond 30 after the point cannot change any value we represent: drop them.
+    let frac = &frac[..frac.len().min(30)];
+    let parse = |d: &str| -> Option<u128> {
+        if d.is_empty() {
+            Some(0)
+        } else {
+            d.parse().ok()
+        }
+    };
+    Some((
+        Decimal {
+            int: parse(int)?,
+            frac: parse(frac)?,
+            frac_digits: frac.len() as u32,
+        },
+        unit.trim(),
+    ))
 }
 
 /// A data rate in bits per second.
@@ -102,7 +150,8 @@ impl Rate {
             return None;
         }
         // ns = bytes * 8 * 1e9 / bps, in u128 to avoid overflow; rounds to nearest ns
-        let ns = (u128::from(bytes) * 8 * 1_000_000_000 + u128::from(self.0) / 2) / u128::from(self.0);
+        let ns =
+            (u128::from(bytes) * 8 * 1_000_000_000 + u128::from(self.0) / 2) / u128::from(self.0);
         Some(Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX)))
     }
 }
@@ -119,11 +168,11 @@ impl FromStr for Rate {
         })?;
         let u = unit.to_ascii_lowercase();
         let u = u.strip_suffix("/s").unwrap_or(&u);
-        let mult = match u {
-            "" | "bit" | "bps" | "b/s" => 1.0,
-            "k" | "kbit" | "kbps" | "kb/s" => 1e3,
-            "m" | "mbit" | "mbps" | "mb/s" => 1e6,
-            "g" | "gbit" | "gbps" | "gb/s" => 1e9,
+        let mult: u128 = match u {
+            "" | "bit" | "bps" | "b/s" => 1,
+            "k" | "kbit" | "kbps" | "kb/s" => 1_000,
+            "m" | "mbit" | "mbps" | "mb/s" => 1_000_000,
+            "g" | "gbit" | "gbps" | "gb/s" => 1_000_000_000,
             _ => {
                 return Err(UnitError::UnknownUnit {
                     text: text.into(),
@@ -133,15 +182,14 @@ impl FromStr for Rate {
                 })
             }
         };
-        let bps = (v * mult).round();
-        if !(1.0..=1e12).contains(&bps) {
-            return Err(UnitError::OutOfRange {
+        match v.scale(mult) {
+            Some(bps @ 1..=1_000_000_000_000) => Ok(Rate(bps as u64)),
+            _ => Err(UnitError::OutOfRange {
                 text: text.into(),
                 what: WHAT,
                 why: "must be between 1 bit/s and 1 Tbit/s",
-            });
+            }),
         }
-        Ok(Rate(bps as u64))
     }
 }
 
@@ -201,14 +249,14 @@ impl FromStr for ByteSize {
             what: WHAT,
             example: "`64KiB`",
         })?;
-        let mult: f64 = match unit.to_ascii_lowercase().as_str() {
-            "" | "b" | "byte" | "bytes" => 1.0,
-            "k" | "kb" => 1e3,
-            "m" | "mb" => 1e6,
-            "g" | "gb" => 1e9,
-            "kib" => 1024.0,
-            "mib" => 1024.0 * 1024.0,
-            "gib" => 1024.0 * 1024.0 * 1024.0,
+        let mult: u128 = match unit.to_ascii_lowercase().as_str() {
+            "" | "b" | "byte" | "bytes" => 1,
+            "k" | "kb" => 1_000,
+            "m" | "mb" => 1_000_000,
+            "g" | "gb" => 1_000_000_000,
+            "kib" => 1 << 10,
+            "mib" => 1 << 20,
+            "gib" => 1 << 30,
             _ => {
                 return Err(UnitError::UnknownUnit {
                     text: text.into(),
@@ -218,15 +266,14 @@ impl FromStr for ByteSize {
                 })
             }
         };
-        let n = (v * mult).round();
-        if n > 1e18 {
-            return Err(UnitError::OutOfRange {
+        match v.scale(mult) {
+            Some(n) if n <= 1_000_000_000_000_000_000 => Ok(ByteSize(n as u64)),
+            _ => Err(UnitError::OutOfRange {
                 text: text.into(),
                 what: WHAT,
-                why: "must be below 1 EB",
-            });
+                why: "must be at most 1 EB",
+            }),
         }
-        Ok(ByteSize(n as u64))
     }
 }
 
@@ -279,6 +326,7 @@ impl FromStr for Probability {
             what: WHAT,
             example: "`1%` or `0.01`",
         })?;
+        let v = v.as_f64();
         let p = match unit {
             "%" => v / 100.0,
             "" => v,
@@ -320,13 +368,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
         what: WHAT,
         example: "`300ms`",
     })?;
-    let secs = match unit.to_ascii_lowercase().as_str() {
-        "ns" => 1e-9,
-        "us" | "µs" => 1e-6,
-        "ms" => 1e-3,
-        "s" | "sec" => 1.0,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
+    let ns_per_unit: u128 = match unit.to_ascii_lowercase().as_str() {
+        "ns" => 1,
+        "us" | "µs" => 1_000,
+        "ms" => 1_000_000,
+        "s" | "sec" => 1_000_000_000,
+        "m" | "min" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
         _ => {
             return Err(UnitError::UnknownUnit {
                 text: text.into(),
@@ -336,15 +384,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
             })
         }
     };
-    let total = v * secs;
-    if !(0.0..=1e9).contains(&total) {
-        return Err(UnitError::OutOfRange {
+    match v.scale(ns_per_unit) {
+        Some(ns) if ns <= 1_000_000_000 * 1_000_000_000 => Ok(Duration::from_nanos(ns as u64)),
+        _ => Err(UnitError::OutOfRange {
             text: text.into(),
             what: WHAT,
             why: "must be between 0 and about 30 years",
-        });
+        }),
     }
-    Ok(Duration::from_nanos((total * 1e9).round() as u64))
 }
 
 /// Formats a duration in the form [`parse_duration`] reads back (`"1.5ms"`, `"300ms"`, `"2s"`).
@@ -431,9 +478,18 @@ mod tests {
         assert_eq!("51.84mbit".parse::<Rate>().unwrap().bps(), 51_840_000);
         assert_eq!("10gbit".parse::<Rate>().unwrap().bps(), 10_000_000_000);
         assert_eq!("2000".parse::<Rate>().unwrap().bps(), 2000);
-        assert!(matches!("fast".parse::<Rate>(), Err(UnitError::Malformed { .. })));
-        assert!(matches!("5 furlongs".parse::<Rate>(), Err(UnitError::UnknownUnit { .. })));
-        assert!(matches!("0mbit".parse::<Rate>(), Err(UnitError::OutOfRange { .. })));
+        assert!(matches!(
+            "fast".parse::<Rate>(),
+            Err(UnitError::Malformed { .. })
+        ));
+        assert!(matches!(
+            "5 furlongs".parse::<Rate>(),
+            Err(UnitError::UnknownUnit { .. })
+        ));
+        assert!(matches!(
+            "0mbit".parse::<Rate>(),
+            Err(UnitError::OutOfRange { .. })
+        ));
     }
 
     #[test]
@@ -447,7 +503,10 @@ mod tests {
     fn transmit_time_is_exact() {
         let r = Rate::from_mbps(100);
         assert_eq!(r.transmit_time(1500).unwrap(), Duration::from_micros(120));
-        assert_eq!(Rate::from_kbps(64).transmit_time(8000).unwrap(), Duration::from_secs(1));
+        assert_eq!(
+            Rate::from_kbps(64).transmit_time(8000).unwrap(),
+            Duration::from_secs(1)
+        );
     }
 
     #[test]
@@ -461,6 +520,20 @@ mod tests {
         assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
         assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
         assert!(parse_duration("300").is_err(), "a bare number has no unit");
+        // found by fuzzing: integers beyond 2^53 must not go through f64
+        assert_eq!(
+            parse_duration("2251799813685252ns").unwrap().as_nanos(),
+            2251799813685252
+        );
+        assert_eq!(
+            "9007199254740993B".parse::<ByteSize>().unwrap().bytes(),
+            9007199254740993
+        );
+        assert_eq!(
+            "1.0000000000000000001mbit".parse::<Rate>().unwrap().bps(),
+            1_000_000
+        );
+        assert!(".".parse::<Rate>().is_err() && "1.2.3mbit".parse::<Rate>().is_err());
     }
 
     proptest! {
@@ -471,13 +544,13 @@ mod tests {
         }
 
         #[test]
-        fn size_round_trips(n in 0u64..1u64 << 50) {
+        fn size_round_trips(n in 0u64..=1_000_000_000_000_000_000) {
             let s = ByteSize::new(n);
             prop_assert_eq!(s.to_string().parse::<ByteSize>().unwrap(), s);
         }
 
         #[test]
-        fn duration_round_trips(ns in 0u64..1u64 << 50) {
+        fn duration_round_trips(ns in 0u64..=1_000_000_000_000_000_000) {
             let d = Duration::from_nanos(ns);
             prop_assert_eq!(parse_duration(&format_duration(d)).unwrap(), d);
         }

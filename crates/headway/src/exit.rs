@@ -51,6 +51,9 @@ impl Failure {
 fn is_user_fixable(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.downcast_ref::<headway_config::ConfigError>().is_some()
+            || c.downcast_ref::<headway_config::SpecError>().is_some()
+            || c.downcast_ref::<headway_origin::ListenError>().is_some()
+            || c.downcast_ref::<NeedsRoot>().is_some()
             || c.downcast_ref::<std::io::Error>().is_some_and(|io| {
                 matches!(
                     io.kind(),
@@ -61,3 +64,8 @@ fn is_user_fixable(e: &anyhow::Error) -> bool {
             })
     })
 }
+
+/// A command that needs root was started without it.
+#[derive(Debug, thiserror::Error)]
+#[error("`headway {0}` needs root (CAP_NET_ADMIN and CAP_NET_RAW): run it with sudo")]
+pub struct NeedsRoot(pub &'static str);

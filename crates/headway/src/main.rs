@@ -104,6 +104,21 @@ fn main() -> ExitCode {
 }
 
 fn dispatch(command: Command) -> Result<(), Failure> {
+    let needs_root = match &command {
+        Command::Lab(c) => (!matches!(
+            c,
+            headway_lab::LabCommand::Presets | headway_lab::LabCommand::Tool(_)
+        ))
+        .then_some("lab"),
+        Command::Bench(_) => Some("bench"),
+        Command::Demo(_) => Some("demo"),
+        _ => None,
+    };
+    if let Some(name) = needs_root {
+        if !headway_lab::netns::is_root() {
+            return Err(Failure::Usage(exit::NeedsRoot(name).into()));
+        }
+    }
     match command {
         Command::Run(a) => roles::run(&a.config),
         Command::Check(a) => roles::check(&a.config),

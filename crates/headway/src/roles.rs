@@ -57,7 +57,8 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
         .both
         .parse()
         .map_err(|e| usage(anyhow::Error::new(e).context("--both")))?;
-    let base = Params::try_from(&both).map_err(|e| usage(anyhow::Error::new(e).context("--both")))?;
+    let base =
+        Params::try_from(&both).map_err(|e| usage(anyhow::Error::new(e).context("--both")))?;
     let dir = |flag: &str, spec: &Option<String>| -> Result<Params, Failure> {
         match spec {
             None => Ok(base.clone()),
@@ -92,8 +93,14 @@ pub fn check(path: &Path) -> Result<(), Failure> {
         cfg.links.len(),
         cfg.links
             .iter()
-            .map(|l| format!("\n  link {} ({} ↔ {}): a_to_b {}; b_to_a {}", l.name, l.a, l.b,
-                LinkSpec::from(&l.a_to_b), LinkSpec::from(&l.b_to_a)))
+            .map(|l| format!(
+                "\n  link {} ({} ↔ {}): a_to_b {}; b_to_a {}",
+                l.name,
+                l.a,
+                l.b,
+                LinkSpec::from(&l.a_to_b),
+                LinkSpec::from(&l.b_to_a)
+            ))
             .collect::<String>()
     );
     Ok(())
@@ -202,8 +209,15 @@ impl LinkControl for EmulatedLinks {
         })
     }
 
-    fn set(&self, name: &str, a_to_b: Option<Params>, b_to_a: Option<Params>) -> Result<(), String> {
-        let h = self.find(name).ok_or_else(|| format!("no link named {name}"))?;
+    fn set(
+        &self,
+        name: &str,
+        a_to_b: Option<Params>,
+        b_to_a: Option<Params>,
+    ) -> Result<(), String> {
+        let h = self
+            .find(name)
+            .ok_or_else(|| format!("no link named {name}"))?;
         if let Some(p) = a_to_b {
             h.set_params(Direction::AtoB, p);
         }

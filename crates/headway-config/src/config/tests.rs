@@ -388,3 +388,11 @@ proptest::proptest! {
         let _ = Config::parse(&text, "fuzz.toml");
     }
 }
+
+#[test]
+fn an_endless_token_file_is_refused_not_read_forever() {
+    let text = "[admin]\nlisten = \"0.0.0.0:9090\"\ntoken_file = \"/dev/zero\"\n";
+    let err = Config::parse(text, "t.toml").unwrap_err().to_string();
+    assert!(err.contains("larger than 4096 bytes"), "{err}");
+    assert!(err.starts_with("t.toml:3:"), "{err}");
+}

@@ -307,6 +307,32 @@ fn serde_reads_tables_and_text_and_rejects_unknown_fields() {
     );
 }
 
+#[test]
+fn changes_from_the_default_are_the_short_form() {
+    let p = Params {
+        rate: Some(Rate::from_bps(1_500_000)),
+        delay: Duration::from_millis(150),
+        loss: Loss::Bernoulli(prob("1%")),
+        queue: QueueLimit {
+            packets: Some(50),
+            bytes: None,
+        },
+        ..Params::default()
+    };
+    let short = LinkSpec::changes(&Params::default(), &p);
+    assert_eq!(
+        short.to_string(),
+        "rate=1.5mbit delay=150ms loss=1% queue=50"
+    );
+    assert_eq!(Params::try_from(&short), Ok(p.clone()));
+    // Going back to the default names the same keys with the default's values.
+    assert_eq!(
+        LinkSpec::changes(&p, &Params::default()).to_string(),
+        "rate=unlimited delay=0 loss=none queue=1000"
+    );
+    assert!(LinkSpec::changes(&p, &p).is_empty());
+}
+
 /// A probability whose text form reads back exactly (the text form keeps 6 decimals of percent).
 fn any_probability() -> impl Strategy<Value = Probability> {
     (0u64..=100_000_000).prop_map(|k| {
@@ -427,6 +453,18 @@ proptest! {
         prop_assert_eq!(Params::try_from(&s), Ok(p.clone()));
         // ... and through its text form, as `headway ctl` shows it.
         prop_assert_eq!(Params::try_from(&s.to_string().parse::<LinkSpec>().unwrap()), Ok(p));
+    }
+
+    #[test]
+    fn changes_name_only_what_differs_and_apply_back(b in any_params(), t in any_params()) {
+        let c = LinkSpec::changes(&b, &t);
+        prop_assert_eq!(c.apply(&b), Ok(t.clone()));
+        prop_assert!(LinkSpec::changes(&t, &t).is_empty());
+        // A key is named exactly when the full specs disagree on it.
+        let (fb, ft) = (LinkSpec::from(&b), LinkSpec::from(&t));
+        prop_assert_eq!(c.delay.is_some(), fb.delay != ft.delay);
+        prop_assert_eq!(c.loss.is_some(), fb.loss != ft.loss);
+        prop_assert_eq!(c.mtu.is_some(), fb.mtu != ft.mtu);
     }
 
     #[test]
