@@ -1,0 +1,40 @@
+//! Headway's platform layer: the one crate that talks to Linux below the standard library.
+//!
+//! Everything that needs `unsafe` lives here, behind small safe types, so that every other crate
+//! can keep `#![forbid(unsafe_code)]` (STYLE.md rule 2). Every `unsafe` block carries a
+//! `// SAFETY:` comment, and clippy's `undocumented_unsafe_blocks` is an error in this crate.
+//!
+//! What it owns:
+//!
+//! - [`packet`]: AF_PACKET raw sockets bound to one interface — a promiscuous receive socket
+//!   that ignores our own transmissions, read in batches with `recvmmsg`, and a send-only socket
+//!   written with `sendmmsg`.
+//! - [`timer`]: precise waiting — `clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)` and `ppoll`
+//!   with 1 ns timer slack, finished by a short spin whose length adapts to the wake-up latency
+//!   measured on this machine.
+//! - [`iface`]: interface lookups (index, MTU) in the calling thread's network namespace.
+//! - [`offload`]: switching off segmentation, receive coalescing and checksum offloads through
+//!   the `SIOCETHTOOL` ioctl (no `ethtool` binary needed), so frames are real ≤ MTU packets.
+//! - [`sched`]: a scheduler hint (a short EEVDF time slice) for threads that must wake on time.
+//! - [`netns`]: moving the calling thread into a named network namespace (`/run/netns/NAME`).
+//!
+//! What it does not do: decide anything. It has no link model, no threads of its own and no
+//! policy; `headway-emulator` is its main user.
+//!
+//! Everything here is Linux-only and works on the calling thread's network namespace at the time
+//! of the call: a socket stays bound to the namespace it was created in.
+
+pub mod iface;
+pub mod netns;
+pub mod offload;
+pub mod packet;
+pub mod sched;
+pub mod timer;
+
+mod sys;
+
+pub use iface::InterfaceError;
+pub use netns::{NetnsError, NetnsGuard};
+pub use offload::OffloadError;
+pub use packet::{OpenError, RecvSocket, SendSocket};
+pub use timer::{sleep_until, Sleeper, Wake};
