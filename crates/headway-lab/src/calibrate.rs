@@ -42,11 +42,12 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use headway_core::units::format_duration;
 use headway_core::{Probability, Rate};
+use headway_link::{Loss, Params, QueueLimit};
 use serde::de::DeserializeOwned;
 
 use crate::interrupt;
 use crate::lab::{Lab, LabOptions, WanMode};
-use crate::spec::{Dir, LinkSpec};
+use crate::spec::Dir;
 use crate::stats;
 use crate::tool::{ProbeReport, SinkReport, FRAME_OVERHEAD};
 use crate::topology::TopologyKind;
@@ -690,10 +691,15 @@ impl Tools<'_> {
     fn rate(&self, case: &Case) -> Result<Outcome> {
         let bps = case.seed.value;
         let (payload, frame_bits) = frame_for_rate(bps);
-        let spec = LinkSpec::transparent()
-            .with_rate(Rate::from_bps(bps as u64))
-            .with_queue(queue_for_rate(bps, frame_bits));
-        self.lab.set_link("wan", Dir::Both, &spec)?;
+        let params = Params {
+            rate: Some(Rate::from_bps(bps as u64)),
+            queue: QueueLimit {
+                packets: Some(queue_for_rate(bps, frame_bits)),
+                ..QueueLimit::default()
+            },
+            ..Params::default()
+        };
+        self.lab.set_link("wan", Dir::Both, &params)?;
         self.warm_up(Duration::ZERO)?;
         let server = self.lab.server_addr();
         let sink_args = [
@@ -793,8 +799,11 @@ impl Tools<'_> {
 
     fn delay(&self, case: &Case) -> Result<Outcome> {
         let rtt = Duration::from_secs_f64(case.seed.value / 1e3);
-        let spec = LinkSpec::transparent().with_delay(rtt / 2);
-        self.lab.set_link("wan", Dir::Both, &spec)?;
+        let params = Params {
+            delay: rtt / 2,
+            ..Params::default()
+        };
+        self.lab.set_link("wan", Dir::Both, &params)?;
         self.warm_up(rtt)?;
         let direct = self
             .lab
@@ -862,11 +871,13 @@ impl Tools<'_> {
 
     fn loss(&self, case: &Case) -> Result<Outcome> {
         let p = Probability::new(case.seed.value).context("a loss probability")?;
-        self.lab
-            .set_link("wan", Dir::Both, &LinkSpec::transparent())?;
+        self.lab.set_link("wan", Dir::Both, &Params::default())?;
         self.warm_up(Duration::ZERO)?;
-        self.lab
-            .set_link("wan", Dir::AToB, &LinkSpec::transparent().with_loss(p))?;
+        let lossy = Params {
+            loss: Loss::Bernoulli(p),
+            ..Params::default()
+        };
+        self.lab.set_link("wan", Dir::AToB, &lossy)?;
         // 100-byte frames, 5,000 per second: 10,000 probes take 2 s.
         let payload = 58u64;
         let pps = 5000.0;

@@ -12,13 +12,15 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
+use headway_config::LinkSpec;
+use headway_link::Params;
 
 use crate::calibrate::{self, CalibrateArgs};
 use crate::interrupt;
 use crate::lab::{self, Lab, LabOptions, LabState, WanMode, DEFAULT_PREFIX, DEFAULT_STATE_DIR};
 use crate::netns;
 use crate::presets;
-use crate::spec::{Dir, LinkSetting, LinkSpec};
+use crate::spec::{Dir, LinkSetting};
 use crate::tool::{self, ToolCommand};
 use crate::topology::TopologyKind;
 
@@ -64,7 +66,8 @@ pub struct UpArgs {
     /// A named link setting for every WAN link (see `headway lab presets`).
     #[arg(long, conflicts_with = "spec")]
     pub preset: Option<String>,
-    /// A link spec for both directions of every WAN link, e.g. "rate=6mbit delay=45ms loss=0.1%".
+    /// A link spec for both directions of every WAN link, e.g. "rate=6mbit delay=45ms loss=0.1%"
+    /// (keys not named are the emulator's defaults).
     #[arg(long)]
     pub spec: Option<String>,
     /// The emulators' RNG seed (link i gets seed + i).
@@ -125,7 +128,8 @@ pub fn run(cmd: LabCommand) -> Result<()> {
     }
 }
 
-/// The link setting `--preset` / `--spec` ask for (transparent when neither is given).
+/// The link setting `--preset` / `--spec` ask for (transparent when neither is given). A
+/// `--spec` is read over [`Params::default`], as `headway emulate --both` reads it.
 pub fn link_setting(preset: Option<&str>, spec: Option<&str>) -> Result<LinkSetting> {
     if let Some(name) = preset {
         let p = presets::find(name)
@@ -133,10 +137,11 @@ pub fn link_setting(preset: Option<&str>, spec: Option<&str>) -> Result<LinkSett
         return Ok(p.setting());
     }
     if let Some(text) = spec {
-        let spec: LinkSpec = text
-            .parse()
+        let params = text
+            .parse::<LinkSpec>()
+            .and_then(|spec| Params::try_from(&spec))
             .with_context(|| format!("reading --spec `{text}`"))?;
-        return Ok(LinkSetting::symmetric(spec));
+        return Ok(LinkSetting::symmetric(params));
     }
     Ok(LinkSetting::default())
 }
@@ -338,7 +343,8 @@ fn set(a: SetArgs) -> Result<()> {
         )
     })?;
     let text = a.spec.join(" ");
-    // Validate the keys we know before bothering the emulator; it judges the rest.
+    // Check the spec's syntax before bothering the emulator, which judges the values against
+    // the link's current parameters. The spec is partial: keys not named stay as they are.
     text.parse::<LinkSpec>()
         .with_context(|| format!("reading the spec `{text}`"))?;
     let name = match a.link {
@@ -426,15 +432,16 @@ mod tests {
     #[test]
     fn link_settings_from_presets_and_specs() {
         let s = link_setting(Some("branch_us_asia"), None).unwrap();
-        assert_eq!(
-            s.a_to_b.to_string(),
-            "rate=1.5mbit delay=150ms jitter=0 loss=1% queue=50"
-        );
+        assert_eq!(s.describe(), "rate=1.5mbit delay=150ms loss=1% queue=50");
         let e = link_setting(Some("nope"), None).unwrap_err().to_string();
         assert!(e.contains("branch_us_asia"), "{e}");
         let s = link_setting(None, Some("delay=5ms")).unwrap();
         assert_eq!(s.b_to_a.delay, std::time::Duration::from_millis(5));
+        assert_eq!(s.describe(), "delay=5ms");
         assert_eq!(link_setting(None, None).unwrap(), LinkSetting::default());
+        // Bad syntax and bad values are both refused before anything starts.
+        assert!(link_setting(None, Some("dealy=5ms")).is_err());
+        assert!(link_setting(None, Some("mtu=10")).is_err());
     }
 
     #[test]

@@ -63,9 +63,8 @@ pub fn run(args: DemoArgs) -> Result<()> {
             args.file
         )
     })?;
-    let preset = presets::find(&args.preset).with_context(|| {
-        format!("no preset `{}`; presets: {}", args.preset, presets::names())
-    })?;
+    let preset = presets::find(&args.preset)
+        .with_context(|| format!("no preset `{}`; presets: {}", args.preset, presets::names()))?;
     let expected = headway_origin::corpus::hex(&doc.sha256());
     let exe = std::env::current_exe().context("cannot find the headway binary")?;
     let exe = exe.to_string_lossy().into_owned();
@@ -77,10 +76,11 @@ pub fn run(args: DemoArgs) -> Result<()> {
         doc.size() as f64 / 1e6,
         doc.kind().as_str(),
         preset.name,
-        preset.spec()
+        preset.describe()
     );
 
-    let spinner = ProgressBar::new_spinner().with_message("building the lab (namespaces, veth, emulator)");
+    let spinner =
+        ProgressBar::new_spinner().with_message("building the lab (namespaces, veth, emulator)");
     spinner.enable_steady_tick(Duration::from_millis(100));
     let mut opts = LabOptions::new(TopologyKind::Pair);
     opts.wan = WanMode::Emulator {
@@ -94,37 +94,72 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let listen = format!("{server}:{ORIGIN_PORT}");
     let _origin = lab.spawn("server", &[&exe, "origin", "--listen", &listen])?;
     spinner.finish_and_clear();
-    println!("  lab up: client {} — wan (headway emulate) — server {}", lab.addresses().client, server);
+    println!(
+        "  lab up: client {} — wan (headway emulate) — server {}",
+        lab.addresses().client,
+        server
+    );
 
     let path = format!("/files/{}", args.file);
-    let lan = download(&lab, &exe, &listen, &path, "LAN (transparent link)", args.timeout)?;
+    let lan = download(
+        &lab,
+        &exe,
+        &listen,
+        &path,
+        "LAN (transparent link)",
+        args.timeout,
+    )?;
     check(&lan, &expected, doc.size())?;
-    lab.set_link("wan", Dir::Both, &preset.spec())?;
+    lab.set_link("wan", Dir::Both, &preset.params())?;
     let wan = download(&lab, &exe, &listen, &path, preset.name, args.timeout)?;
     check(&wan, &expected, doc.size())?;
     lab.down()?;
 
-    let seed = SEED_US_ASIA.iter().find(|r| r.0 == args.file).filter(|_| preset.name == "branch_us_asia");
+    let seed = SEED_US_ASIA
+        .iter()
+        .find(|r| r.0 == args.file)
+        .filter(|_| preset.name == "branch_us_asia");
     let rate = preset.rate_bps.map(|r| r as f64);
     let mut table = String::new();
-    writeln!(table, "| path | link | time (s) | goodput (Mbit/s) | of link rate | seed 000 baseline (s) |")?;
+    writeln!(
+        table,
+        "| path | link | time (s) | goodput (Mbit/s) | of link rate | seed 000 baseline (s) |"
+    )?;
     writeln!(table, "|---|---|---:|---:|---:|---:|")?;
-    let row = |t: &mut String, name: &str, link: &str, r: &FetchReport, rate: Option<f64>, seed: Option<f64>| {
+    let row = |t: &mut String,
+               name: &str,
+               link: &str,
+               r: &FetchReport,
+               rate: Option<f64>,
+               seed: Option<f64>| {
         let _ = writeln!(
             t,
             "| {name} | {link} | {:.2} | {:.3} | {} | {} |",
             r.total_seconds,
             r.goodput_bps() / 1e6,
-            rate.map(|x| format!("{:.0} %", 100.0 * r.goodput_bps() / x)).unwrap_or_else(|| "–".into()),
-            seed.map(|s| format!("{s:.1}")).unwrap_or_else(|| "–".into()),
+            rate.map(|x| format!("{:.0} %", 100.0 * r.goodput_bps() / x))
+                .unwrap_or_else(|| "–".into()),
+            seed.map(|s| format!("{s:.1}"))
+                .unwrap_or_else(|| "–".into()),
         );
     };
     row(&mut table, "LAN", "no limit, 0 ms", &lan, None, None);
-    row(&mut table, preset.name, &preset.spec().to_string(), &wan, rate, seed.map(|s| s.1));
+    row(
+        &mut table,
+        preset.name,
+        &preset.describe(),
+        &wan,
+        rate,
+        seed.map(|s| s.1),
+    );
     println!();
     print!("{table}");
     println!();
-    println!("  both downloads: {} bytes, SHA-256 {}… matches the corpus", doc.size(), &expected[..16]);
+    println!(
+        "  both downloads: {} bytes, SHA-256 {}… matches the corpus",
+        doc.size(),
+        &expected[..16]
+    );
     println!(
         "  the WAN took {:.0}× as long as the LAN: the round trips and the loss cost TCP (cubic) its speed.",
         wan.total_seconds / lan.total_seconds.max(1e-6)
@@ -137,43 +172,76 @@ pub fn run(args: DemoArgs) -> Result<()> {
         );
     }
 
-    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
     std::fs::write(args.out.join("demo.md"), &table)?;
     let mut csv = String::from("path,link,bytes,seconds,goodput_bps,seed_baseline_s\n");
     for (name, link, r, s) in [
         ("lan", "transparent".to_string(), &lan, None),
-        (preset.name, preset.spec().to_string(), &wan, seed.map(|s| s.1)),
+        (preset.name, preset.describe(), &wan, seed.map(|s| s.1)),
     ] {
-        writeln!(csv, "{name},\"{link}\",{},{:.4},{:.0},{}", r.bytes, r.total_seconds, r.goodput_bps(),
-            s.map(|v| v.to_string()).unwrap_or_default())?;
+        writeln!(
+            csv,
+            "{name},\"{link}\",{},{:.4},{:.0},{}",
+            r.bytes,
+            r.total_seconds,
+            r.goodput_bps(),
+            s.map(|v| v.to_string()).unwrap_or_default()
+        )?;
     }
     std::fs::write(args.out.join("demo.csv"), csv)?;
     let mut bars = vec![
-        Bar { label: "LAN (Headway lab)".into(), value: lan.total_seconds },
-        Bar { label: format!("{} (Headway lab)", preset.name), value: wan.total_seconds },
+        Bar {
+            label: "LAN (Headway lab)".into(),
+            value: lan.total_seconds,
+        },
+        Bar {
+            label: format!("{} (Headway lab)", preset.name),
+            value: wan.total_seconds,
+        },
     ];
     if let Some(s) = seed {
-        bars.push(Bar { label: "seed 000 baseline".into(), value: s.1 });
+        bars.push(Bar {
+            label: "seed 000 baseline".into(),
+            value: s.1,
+        });
     }
     let svg = bar_chart_svg(&format!("Download time of {} (s)", args.file), &bars)?;
     std::fs::write(args.out.join("demo.svg"), svg)?;
-    println!("  report: {}/demo.md, demo.csv, demo.svg", args.out.display());
+    println!(
+        "  report: {}/demo.md, demo.csv, demo.svg",
+        args.out.display()
+    );
     Ok(())
 }
 
 /// Runs the fetch tool in the client namespace with a progress bar.
-fn download(lab: &Lab, exe: &str, to: &str, path: &str, label: &str, timeout: Duration) -> Result<FetchReport> {
-    let mut child = lab.spawn("client", &[exe, "lab", "tool", "fetch", "--to", to, "--path", path])?;
+fn download(
+    lab: &Lab,
+    exe: &str,
+    to: &str,
+    path: &str,
+    label: &str,
+    timeout: Duration,
+) -> Result<FetchReport> {
+    let mut child = lab.spawn(
+        "client",
+        &[exe, "lab", "tool", "fetch", "--to", to, "--path", path],
+    )?;
     let bar = ProgressBar::new(0);
     bar.set_style(
-        ProgressStyle::with_template("  {msg:<28} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {elapsed}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "  {msg:<28} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {elapsed}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
     );
     bar.set_message(label.to_string());
     let line = child.wait_line(timeout, |l| {
         if let Some(rest) = l.strip_prefix("progress ") {
-            let mut it = rest.split_whitespace().filter_map(|x| x.parse::<u64>().ok());
+            let mut it = rest
+                .split_whitespace()
+                .filter_map(|x| x.parse::<u64>().ok());
             if let (Some(done), Some(total)) = (it.next(), it.next()) {
                 bar.set_length(total);
                 bar.set_position(done);

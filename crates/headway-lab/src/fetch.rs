@@ -76,7 +76,12 @@ pub fn run(args: FetchArgs) -> Result<()> {
             Err(e) => return Err(e).with_context(|| format!("cannot connect to {}", args.to)),
         }
     };
-    let report = download(stream, &args.to.to_string(), &args.path, &mut std::io::stdout())?;
+    let report = download(
+        stream,
+        &args.to.to_string(),
+        &args.path,
+        &mut std::io::stdout(),
+    )?;
     println!("result {}", serde_json::to_string(&report)?);
     Ok(())
 }
@@ -98,7 +103,9 @@ pub fn download(
     .context("sending the request")?;
     let mut reader = BufReader::with_capacity(256 * 1024, stream);
     let mut line = String::new();
-    reader.read_line(&mut line).context("reading the status line")?;
+    reader
+        .read_line(&mut line)
+        .context("reading the status line")?;
     let status: u16 = line
         .split_whitespace()
         .nth(1)
@@ -178,7 +185,12 @@ mod tests {
             let mut req = [0u8; 1024];
             let _ = s.read(&mut req).unwrap();
             let body = vec![7u8; 100_000];
-            write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).unwrap();
+            write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .unwrap();
             s.write_all(&body).unwrap();
         });
         let stream = TcpStream::connect(addr).unwrap();
@@ -189,7 +201,10 @@ mod tests {
         assert_eq!(r.bytes, 100_000);
         assert_eq!(r.sha256, hex(&Sha256::digest(vec![7u8; 100_000])));
         let text = String::from_utf8(out).unwrap();
-        assert!(text.lines().last().unwrap() == "progress 100000 100000", "{text}");
+        assert!(
+            text.lines().last().unwrap() == "progress 100000 100000",
+            "{text}"
+        );
     }
 
     #[test]
@@ -200,7 +215,8 @@ mod tests {
             let (mut s, _) = listener.accept().unwrap();
             let mut req = [0u8; 1024];
             let _ = s.read(&mut req).unwrap();
-            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc").unwrap();
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+                .unwrap();
         });
         let r = download(TcpStream::connect(addr).unwrap(), "x", "/", &mut Vec::new());
         server.join().unwrap();

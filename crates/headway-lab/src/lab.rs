@@ -19,12 +19,14 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
+use headway_config::LinkSpec;
 use headway_core::SystemClock;
+use headway_link::Params;
 use serde::{Deserialize, Serialize};
 
 use crate::interrupt;
 use crate::netns;
-use crate::spec::{Dir, LinkSetting, LinkSpec};
+use crate::spec::{brief, Dir, LinkSetting};
 use crate::topology::{self, Addresses, Plan, TopologyKind, WanFill};
 
 /// The default namespace prefix.
@@ -95,9 +97,9 @@ pub struct LinkState {
     pub b_if: String,
     /// Admin API port on 127.0.0.1 inside the namespace.
     pub admin_port: u16,
-    /// The spec it was started with, a → b.
+    /// The parameters it was started with, a → b, in [`brief`] form.
     pub a_to_b: String,
-    /// The spec it was started with, b → a.
+    /// The parameters it was started with, b → a, in [`brief`] form.
     pub b_to_a: String,
     /// The emulator's pid, if one was started.
     pub pid: Option<i32>,
@@ -228,6 +230,9 @@ impl Lab {
         if !netns::is_root() {
             bail!("the lab needs root (CAP_NET_ADMIN): run it with sudo");
         }
+        opts.link
+            .validate()
+            .context("checking the initial link setting")?;
         cleanup(&opts.prefix, &opts.state_dir).context("removing leftovers of an earlier lab")?;
         std::fs::create_dir_all(&opts.state_dir).with_context(|| {
             format!("creating lab state directory {}", opts.state_dir.display())
@@ -255,8 +260,8 @@ impl Lab {
                     a_if: l.a_if.clone(),
                     b_if: l.b_if.clone(),
                     admin_port: l.admin_port,
-                    a_to_b: opts.link.a_to_b.to_string(),
-                    b_to_a: opts.link.b_to_a.to_string(),
+                    a_to_b: brief(&opts.link.a_to_b),
+                    b_to_a: brief(&opts.link.b_to_a),
                     pid: None,
                     log: None,
                 })
@@ -388,10 +393,15 @@ impl Lab {
         Background::start(ns, cmd, &log)
     }
 
-    /// Changes link `name`'s parameters live through its emulator's admin API (`headway ctl`
-    /// inside the WAN namespace).
-    pub fn set_link(&self, name: &str, dir: Dir, spec: &LinkSpec) -> Result<()> {
-        set_link(&self.state, name, dir, &spec.to_string())
+    /// Replaces link `name`'s parameters in direction(s) `dir` with `params`, live, through its
+    /// emulator's admin API (`headway ctl` inside the WAN namespace). The spec sent is the full
+    /// `LinkSpec::from(params)`, so nothing set earlier survives; for a partial change send
+    /// spec text with [`set_link`].
+    pub fn set_link(&self, name: &str, dir: Dir, params: &Params) -> Result<()> {
+        params
+            .validate()
+            .with_context(|| format!("setting link `{name}`"))?;
+        set_link(&self.state, name, dir, &LinkSpec::from(params).to_string())
     }
 
     /// Tears the lab down now, reporting errors (dropping it does the same, silently).
@@ -460,7 +470,7 @@ pub fn tail(text: &str, n: usize) -> String {
 }
 
 /// Runs `headway ctl --admin http://127.0.0.1:PORT link set NAME --dir DIR SPEC` in the link's
-/// WAN namespace.
+/// WAN namespace. `spec` is [`LinkSpec`] text and partial: keys it does not name stay as they are.
 pub fn set_link(state: &LabState, name: &str, dir: Dir, spec: &str) -> Result<()> {
     let link = state.link(name).ok_or_else(|| {
         let names: Vec<_> = state.links.iter().map(|l| l.name.as_str()).collect();

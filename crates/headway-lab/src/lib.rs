@@ -8,8 +8,10 @@
 //! - [`topology`]: the pure plans of the `pair`, `branch` and `dual-wan` topologies (names,
 //!   interfaces, addresses from the RFC 2544 benchmarking range 198.18.0.0/15, routes) and the
 //!   code that builds them;
-//! - [`spec`]: the one-line link specs handed to `headway emulate` and `headway ctl`;
-//! - [`presets`]: named link specs for the seeds' WAN scenarios;
+//! - [`spec`]: both directions of an emulated link ([`LinkSetting`], held as
+//!   [`headway_link::Params`]) and how they are written as [`headway_config::LinkSpec`] text for
+//!   `headway emulate` and `headway ctl`;
+//! - [`presets`]: named link settings for the seeds' WAN scenarios;
 //! - [`lab`]: the [`Lab`] guard (build a topology, start one emulator per WAN namespace, tear
 //!   everything down on drop) and the state file that lets a later command find a running lab;
 //! - [`tool`]: the small measurement programs run inside namespaces (`headway lab tool …`);
@@ -18,7 +20,7 @@
 //! - [`cli`]: the [`LabCommand`] the binary embeds as `headway lab …`, and [`run`].
 //!
 //! - [`fetch`]: the HTTP download tool (`headway lab tool fetch`) the demo and benchmarks use;
-//! - [`bench`]: `headway bench …`, scenario benchmarks beside same-run baselines;
+//! - [`bench`](mod@bench): `headway bench …`, scenario benchmarks beside same-run baselines;
 //! - [`demo`]: `headway demo`, the main job on an embedded default;
 //! - [`report`]: charts for reports.
 //!
@@ -61,5 +63,5 @@ pub use bench::BenchCommand;
 pub use cli::{run, LabCommand};
 pub use demo::DemoArgs;
 pub use lab::{Background, Lab, LabOptions, LabState, WanMode};
-pub use spec::{Dir, LinkSetting, LinkSpec};
+pub use spec::{Dir, LinkSetting};
 pub use topology::{Addresses, TopologyKind};

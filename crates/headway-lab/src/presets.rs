@@ -18,12 +18,15 @@
 //! - **queue** is one bandwidth-delay product in 1500-byte packets, at least 50 (dummynet's
 //!   default queue of 50 slots), so one TCP flow can fill the link without a bloated buffer.
 //!   `lan` keeps the emulator's default queue.
+//!
+//! Everything else is [`Params::default`]: no jitter, no duplication or reordering, MTU 1500.
 
 use std::time::Duration;
 
 use headway_core::{Probability, Rate};
+use headway_link::{Loss, Params, QueueLimit};
 
-use crate::spec::{LinkSetting, LinkSpec, DEFAULT_QUEUE};
+use crate::spec::{brief, LinkSetting};
 
 /// One named preset.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -189,24 +192,37 @@ pub fn names() -> String {
 }
 
 impl Preset {
-    /// The per-direction spec: rate, half the RTT as one-way delay, the loss, a BDP queue.
-    pub fn spec(&self) -> LinkSpec {
-        let mut spec = LinkSpec::transparent()
-            .with_delay(Duration::from_micros(self.rtt_us / 2))
-            .with_loss(Probability::new(self.loss_pct / 100.0).unwrap_or(Probability::ZERO));
-        if let Some(bps) = self.rate_bps {
-            spec = spec
-                .with_rate(Rate::from_bps(bps))
-                .with_queue(bdp_queue(bps, self.rtt_us));
-        } else {
-            spec = spec.with_queue(DEFAULT_QUEUE);
+    /// The parameters of each direction: rate, half the RTT as one-way delay, the loss, a BDP
+    /// queue (the default queue when the rate is unlimited); everything else is the default.
+    pub fn params(&self) -> Params {
+        let loss = match Probability::new(self.loss_pct / 100.0) {
+            Some(p) if p != Probability::ZERO => Loss::Bernoulli(p),
+            _ => Loss::None,
+        };
+        let queue = match self.rate_bps {
+            Some(bps) => QueueLimit {
+                packets: Some(bdp_queue(bps, self.rtt_us)),
+                ..QueueLimit::default()
+            },
+            None => QueueLimit::default(),
+        };
+        Params {
+            rate: self.rate_bps.map(Rate::from_bps),
+            delay: Duration::from_micros(self.rtt_us / 2),
+            loss,
+            queue,
+            ..Params::default()
         }
-        spec
     }
 
-    /// The same [`Preset::spec`] in both directions.
+    /// The same [`Preset::params`] in both directions.
     pub fn setting(&self) -> LinkSetting {
-        LinkSetting::symmetric(self.spec())
+        LinkSetting::symmetric(self.params())
+    }
+
+    /// The short description of [`Preset::params`] (see [`brief`]).
+    pub fn describe(&self) -> String {
+        brief(&self.params())
     }
 }
 
@@ -227,7 +243,7 @@ pub fn listing() -> String {
         out.push_str(&format!(
             "  {:width$}  {}\n  {:width$}  ({})\n",
             p.name,
-            p.spec(),
+            p.describe(),
             "",
             p.source
         ));
@@ -255,11 +271,11 @@ mod tests {
         assert_eq!(s.a_to_b, s.b_to_a);
         assert_eq!(s.a_to_b.delay, Duration::from_millis(150));
         assert_eq!(s.a_to_b.rate, Some(Rate::from_kbps(1500)));
-        assert_eq!(s.a_to_b.loss, Probability::new(0.01).unwrap());
         assert_eq!(
-            s.a_to_b.to_string(),
-            "rate=1.5mbit delay=150ms jitter=0 loss=1% queue=50"
+            s.a_to_b.loss,
+            Loss::Bernoulli(Probability::new(0.01).unwrap())
         );
+        assert_eq!(p.describe(), "rate=1.5mbit delay=150ms loss=1% queue=50");
     }
 
     #[test]
@@ -267,23 +283,32 @@ mod tests {
         for rate in ["t1", "oc1"] {
             for d in [0, 30, 100, 250] {
                 let p = find(&format!("{rate}_{d}ms")).unwrap();
-                assert_eq!(p.spec().delay, Duration::from_micros(d * 500));
+                assert_eq!(p.params().delay, Duration::from_micros(d * 500));
+                assert_eq!(p.params().loss, Loss::None);
             }
         }
         assert_eq!(
-            find("oc1_250ms").unwrap().spec().rate,
+            find("oc1_250ms").unwrap().params().rate,
             Some(Rate::from_bps(51_840_000))
         );
         assert_eq!(
-            find("t1_0ms").unwrap().spec().to_string().split(' ').next(),
-            Some("rate=1.544mbit")
+            find("t1_0ms").unwrap().describe(),
+            "rate=1.544mbit queue=50"
         );
     }
 
     #[test]
     fn lan_has_no_limits() {
-        let s = find("lan").unwrap().spec();
-        assert_eq!(s, LinkSpec::transparent());
+        let lan = find("lan").unwrap();
+        assert_eq!(lan.params(), Params::default());
+        assert_eq!(lan.describe(), "transparent");
+    }
+
+    #[test]
+    fn every_preset_is_valid() {
+        for p in PRESETS {
+            assert_eq!(p.params().validate(), Ok(()), "{}", p.name);
+        }
     }
 
     #[test]

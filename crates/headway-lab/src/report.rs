@@ -21,7 +21,12 @@ pub fn bar_chart_svg(title: &str, bars: &[Bar]) -> Result<String> {
         let height = 90 + 50 * bars.len() as u32;
         let root = SVGBackend::with_string(&mut svg, (820, height)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| anyhow!("chart: {e}"))?;
-        let max = bars.iter().map(|b| b.value).fold(0.0f64, f64::max).max(1e-9) * 1.15;
+        let max = bars
+            .iter()
+            .map(|b| b.value)
+            .fold(0.0f64, f64::max)
+            .max(1e-9)
+            * 1.15;
         let n = bars.len() as i32;
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 20))
@@ -46,7 +51,10 @@ pub fn bar_chart_svg(title: &str, bars: &[Bar]) -> Result<String> {
                 let i = i as i32;
                 let color = Palette99::pick(i as usize).filled();
                 let mut r = Rectangle::new(
-                    [(0.0, SegmentValue::Exact(i)), (b.value, SegmentValue::Exact(i + 1))],
+                    [
+                        (0.0, SegmentValue::Exact(i)),
+                        (b.value, SegmentValue::Exact(i + 1)),
+                    ],
                     color,
                 );
                 r.set_margin(8, 8, 0, 0);
@@ -76,8 +84,14 @@ mod tests {
         let svg = bar_chart_svg(
             "Download time (s)",
             &[
-                Bar { label: "LAN".into(), value: 0.25 },
-                Bar { label: "US–Asia".into(), value: 31.5 },
+                Bar {
+                    label: "LAN".into(),
+                    value: 0.25,
+                },
+                Bar {
+                    label: "US–Asia".into(),
+                    value: 31.5,
+                },
             ],
         )
         .unwrap();

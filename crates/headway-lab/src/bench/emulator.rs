@@ -17,8 +17,11 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use super::median;
-use crate::spec::LinkSetting;
-use crate::{Lab, LabOptions, LinkSpec, TopologyKind};
+use headway_core::Rate;
+use headway_link::Params;
+
+use crate::spec::{brief, LinkSetting};
+use crate::{Lab, LabOptions, TopologyKind};
 
 /// `headway bench emulator` arguments.
 #[derive(Debug, clap::Args)]
@@ -50,7 +53,9 @@ pub fn run(args: EmulatorArgs) -> Result<()> {
         .to_string();
     let wan_addr = lab.server_addr().to_string();
     let mut server = lab.spawn("server", &["iperf3", "-s", "-p", &IPERF_PORT.to_string()])?;
-    server.wait_line(std::time::Duration::from_secs(10), |l| l.contains("listening"))?;
+    server.wait_line(std::time::Duration::from_secs(10), |l| {
+        l.contains("listening")
+    })?;
     let (mut direct, mut through) = (Vec::new(), Vec::new());
     for i in 0..args.repeats.max(1) {
         for (addr, out) in [(&direct_addr, &mut direct), (&wan_addr, &mut through)] {
@@ -61,30 +66,74 @@ pub fn run(args: EmulatorArgs) -> Result<()> {
     }
     drop(server);
     lab.down()?;
-    let (d, t) = (median(&direct).unwrap_or(0.0), median(&through).unwrap_or(0.0));
+    let (d, t) = (
+        median(&direct).unwrap_or(0.0),
+        median(&through).unwrap_or(0.0),
+    );
 
     // 2. timing at 100 Mbit/s, 50 ms
-    let spec: LinkSpec = "rate=100mbit delay=50ms jitter=0 loss=0% queue=1000".parse()?;
-    let lab = Lab::up(options(LinkSetting::symmetric(spec.clone())))?;
+    let shaping = Params {
+        rate: Some(Rate::from_bps(100_000_000)),
+        delay: std::time::Duration::from_millis(50),
+        ..Params::default()
+    };
+    let lab = Lab::up(options(LinkSetting::symmetric(shaping.clone())))?;
     let mut server = lab.spawn("server", &["iperf3", "-s", "-p", &IPERF_PORT.to_string()])?;
-    server.wait_line(std::time::Duration::from_secs(10), |l| l.contains("listening"))?;
+    server.wait_line(std::time::Duration::from_secs(10), |l| {
+        l.contains("listening")
+    })?;
     let shaped = iperf(&lab, &wan_addr, &secs)?;
     let stats = link_stats(&lab)?;
     drop(server);
     lab.down()?;
 
     let mut md = String::new();
-    writeln!(md, "## Emulator throughput (iperf3 TCP, {secs} s × {} runs, medians)\n", args.repeats)?;
-    writeln!(md, "| path | Gbit/s (median) | runs (Gbit/s) | ratio to direct |")?;
+    writeln!(
+        md,
+        "## Emulator throughput (iperf3 TCP, {secs} s × {} runs, medians)\n",
+        args.repeats
+    )?;
+    writeln!(
+        md,
+        "| path | Gbit/s (median) | runs (Gbit/s) | ratio to direct |"
+    )?;
     writeln!(md, "|---|---:|---|---:|")?;
-    let runs = |v: &[f64]| v.iter().map(|x| format!("{:.2}", x / 1e9)).collect::<Vec<_>>().join(", ");
-    writeln!(md, "| direct veth | {:.3} | {} | 1.00 |", d / 1e9, runs(&direct))?;
-    writeln!(md, "| through `headway emulate` (no limit, 0 ms) | {:.3} | {} | {:.2} |", t / 1e9, runs(&through), t / d.max(1.0))?;
-    writeln!(md, "\n## Release timing at {spec} (iperf3 TCP {secs} s: {:.2} Mbit/s)\n", shaped / 1e6)?;
-    writeln!(md, "| direction | frames | timing error p50 / p99 / max (µs) | queueing p50 / p99 (µs) |")?;
+    let runs = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{:.2}", x / 1e9))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    writeln!(
+        md,
+        "| direct veth | {:.3} | {} | 1.00 |",
+        d / 1e9,
+        runs(&direct)
+    )?;
+    writeln!(
+        md,
+        "| through `headway emulate` (no limit, 0 ms) | {:.3} | {} | {:.2} |",
+        t / 1e9,
+        runs(&through),
+        t / d.max(1.0)
+    )?;
+    writeln!(
+        md,
+        "\n## Release timing at {} (iperf3 TCP {secs} s: {:.2} Mbit/s)\n",
+        brief(&shaping),
+        shaped / 1e6
+    )?;
+    writeln!(
+        md,
+        "| direction | frames | timing error p50 / p99 / max (µs) | queueing p50 / p99 (µs) |"
+    )?;
     writeln!(md, "|---|---:|---|---|")?;
     let mut csv = String::from("metric,direction,value\n");
-    writeln!(csv, "direct_bps,,{d:.0}\nemulated_bps,,{t:.0}\nratio,,{:.4}\nshaped_bps,,{shaped:.0}", t / d.max(1.0))?;
+    writeln!(
+        csv,
+        "direct_bps,,{d:.0}\nemulated_bps,,{t:.0}\nratio,,{:.4}\nshaped_bps,,{shaped:.0}",
+        t / d.max(1.0)
+    )?;
     for dir in ["a_to_b", "b_to_a"] {
         let s = &stats[dir];
         let f = |k: &str, q: &str| s[k][q].as_f64().unwrap_or(f64::NAN);
@@ -99,11 +148,16 @@ pub fn run(args: EmulatorArgs) -> Result<()> {
             f("queueing_us", "p99"),
         )?;
         for q in ["p50", "p99", "max"] {
-            writeln!(csv, "timing_error_{q}_us,{dir},{:.2}", f("timing_error_us", q))?;
+            writeln!(
+                csv,
+                "timing_error_{q}_us,{dir},{:.2}",
+                f("timing_error_us", q)
+            )?;
         }
     }
     println!("{md}");
-    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
     std::fs::write(args.out.join("emulator.md"), &md)?;
     std::fs::write(args.out.join("emulator.csv"), &csv)?;
     println!("report: {}/emulator.md, emulator.csv", args.out.display());
@@ -122,10 +176,22 @@ fn options(link: LinkSetting) -> LabOptions {
 fn iperf(lab: &Lab, addr: &str, secs: &str) -> Result<f64> {
     let out = lab.exec(
         "client",
-        &["iperf3", "-c", addr, "-p", &IPERF_PORT.to_string(), "-t", secs, "-J"],
+        &[
+            "iperf3",
+            "-c",
+            addr,
+            "-p",
+            &IPERF_PORT.to_string(),
+            "-t",
+            secs,
+            "-J",
+        ],
     )?;
     if !out.status.success() {
-        bail!("iperf3 to {addr} failed: {}", String::from_utf8_lossy(&out.stdout));
+        bail!(
+            "iperf3 to {addr} failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
     }
     let v: Value = serde_json::from_slice(&out.stdout).context("iperf3 printed no JSON")?;
     v["end"]["sum_received"]["bits_per_second"]
@@ -139,7 +205,10 @@ fn link_stats(lab: &Lab) -> Result<Value> {
     let url = format!("http://127.0.0.1:{}/api/v1/links/wan", link.admin_port);
     let out = lab.exec("wan", &["curl", "-sf", &url])?;
     if !out.status.success() {
-        bail!("reading {url} failed: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "reading {url} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let v: Value = serde_json::from_slice(&out.stdout).context("admin API returned no JSON")?;
     Ok(v["stats"].clone())
