@@ -53,6 +53,11 @@ pub struct Tuning {
     /// one may let them preempt other work sooner when a frame falls due (no gain was measurable
     /// on a busy 2-core VM, so it is off by default). `None`: the scheduler default.
     pub slice: Option<Duration>,
+    /// Run the pump threads under the real-time `SCHED_FIFO` policy at this priority (1–99), so
+    /// releases are not delayed behind other runnable tasks on a busy machine (needs root or
+    /// CAP_SYS_NICE; if refused, the bridge runs at normal priority and says so). `None`: normal
+    /// priority.
+    pub realtime: Option<u8>,
 }
 
 impl Default for Tuning {
@@ -63,6 +68,7 @@ impl Default for Tuning {
             socket_buffer: 32 << 20,
             queueing: TxPath::BypassQdisc,
             slice: None,
+            realtime: None,
         }
     }
 }
@@ -253,6 +259,7 @@ impl Bridge {
             let label = format!("{}/{}", cfg.name, dir);
             let pump = Pump::new(port, shared, frame_size);
             let slice = tuning.slice;
+            let realtime = tuning.realtime;
             let thread = std::thread::Builder::new()
                 .name(format!("emu-{}", dir.as_str()))
                 .spawn(move || {
@@ -260,6 +267,11 @@ impl Bridge {
                         // Only a hint: without it releases are just less punctual.
                         if let Err(e) = headway_io::sched::set_slice(slice) {
                             tracing::debug!(error = %e, "no short scheduler slice");
+                        }
+                    }
+                    if let Some(prio) = realtime {
+                        if let Err(e) = headway_io::sched::set_realtime(prio) {
+                            tracing::warn!(error = %e, "real-time priority refused; releases may be late under load");
                         }
                     }
                     pump.run(&stop, &label)

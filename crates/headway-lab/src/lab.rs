@@ -31,6 +31,9 @@ use crate::topology::{self, Addresses, Plan, TopologyKind, WanFill};
 
 /// The default namespace prefix.
 pub const DEFAULT_PREFIX: &str = "hw-";
+/// The real-time (SCHED_FIFO) priority of the lab's emulator threads.
+pub const EMULATOR_PRIORITY: u8 = 50;
+
 /// The default state directory.
 pub const DEFAULT_STATE_DIR: &str = "/run/headway-lab";
 /// The state file's name inside the state directory.
@@ -320,6 +323,10 @@ impl Lab {
             link.name.clone(),
             "--admin".into(),
             admin,
+            // The lab is a measuring instrument: its emulators release frames at real-time
+            // priority so other lab processes (senders, receivers, the build) cannot delay them.
+            "--realtime".into(),
+            EMULATOR_PRIORITY.to_string(),
         ];
         argv.extend(setting.emulate_args());
         if let Some(s) = seed {

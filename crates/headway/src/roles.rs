@@ -13,7 +13,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use headway_admin::{AdminState, LinkControl, LinkView};
 use headway_config::{AdminConfig, Config, LinkConfig, LinkSpec};
-use headway_emulator::{Bridge, BridgeConfig, BridgeHandle, Direction};
+use headway_emulator::{Bridge, BridgeConfig, BridgeHandle, Direction, Tuning};
 use headway_link::Params;
 
 use crate::exit::Failure;
@@ -48,6 +48,10 @@ pub struct EmulateArgs {
     /// Admin API bearer token (required when --admin is not loopback).
     #[arg(long, env = "HEADWAY_TOKEN")]
     token: Option<String>,
+    /// Run the frame-release threads at this real-time (SCHED_FIFO) priority, 1–99, so frames
+    /// leave on time even on a busy machine (as an in-kernel emulator would).
+    #[arg(long, value_name = "PRIORITY", value_parser = clap::value_parser!(u8).range(1..=99))]
+    realtime: Option<u8>,
 }
 
 /// `headway emulate`.
@@ -80,7 +84,11 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
         b_to_a: dir("--b-to-a", &args.b_to_a)?,
     };
     let admin = AdminConfig::new(args.admin, args.token).map_err(|e| usage(e.into()))?;
-    serve(admin, vec![link])
+    let tuning = Tuning {
+        realtime: args.realtime,
+        ..Tuning::default()
+    };
+    serve(admin, vec![link], tuning)
 }
 
 /// `headway check -c FILE`.
@@ -109,23 +117,26 @@ pub fn check(path: &Path) -> Result<(), Failure> {
 /// `headway run -c FILE`.
 pub fn run(path: &Path) -> Result<(), Failure> {
     let cfg = Config::from_file(path).map_err(|e| Failure::Usage(e.into()))?;
-    serve(cfg.admin, cfg.links)
+    serve(cfg.admin, cfg.links, Tuning::default())
 }
 
 /// Starts every link and the admin API, prints `ready`, and runs until SIGINT/SIGTERM.
-fn serve(admin: AdminConfig, links: Vec<LinkConfig>) -> Result<(), Failure> {
+fn serve(admin: AdminConfig, links: Vec<LinkConfig>, tuning: Tuning) -> Result<(), Failure> {
     let mut bridges = Vec::with_capacity(links.len());
     for l in links {
         let seed = l.seed.unwrap_or_else(headway_core::Rng::seed_from_entropy);
         tracing::info!(link = %l.name, seed, "starting emulated link");
-        let bridge = Bridge::start(BridgeConfig {
-            name: l.name.clone(),
-            a: l.a,
-            b: l.b,
-            a_to_b: l.a_to_b,
-            b_to_a: l.b_to_a,
-            seed,
-        })
+        let bridge = Bridge::start_with(
+            BridgeConfig {
+                name: l.name.clone(),
+                a: l.a,
+                b: l.b,
+                a_to_b: l.a_to_b,
+                b_to_a: l.b_to_a,
+                seed,
+            },
+            tuning,
+        )
         .map_err(|e| Failure::Usage(anyhow::Error::new(e).context(format!("link {}", l.name))))?;
         bridges.push(bridge);
     }
