@@ -6,8 +6,8 @@
 use std::io::Write;
 
 use anyhow::Context as _;
-use clap::{Args, Subcommand, ValueEnum};
-use headway_config::{Limit, LinkSpec, LossSpec};
+use clap::{Args, Subcommand};
+use headway_config::{Dir, Limit, LinkSpec, LossSpec};
 use headway_core::units::format_duration;
 
 use crate::client::Client;
@@ -64,28 +64,14 @@ pub enum LinkCommand {
     Set {
         /// The link's name.
         name: String,
-        /// Which direction(s) to change.
-        #[arg(long, value_enum, default_value_t = Direction::Both)]
-        dir: Direction,
+        /// Which direction(s) to change: both, a_to_b or b_to_a.
+        #[arg(long, default_value_t = Dir::Both)]
+        dir: Dir,
         /// `key=value` pairs: rate, overhead, delay, jitter, jitter_dist, loss, duplicate,
         /// reorder, reorder_gap, queue, queue_bytes, mtu.
         #[arg(required = true, value_name = "SPEC")]
         spec: Vec<String>,
     },
-}
-
-/// Which direction(s) of a link a change applies to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Direction {
-    /// Both directions.
-    #[value(name = "both")]
-    Both,
-    /// Frames from interface a to interface b.
-    #[value(name = "a_to_b")]
-    AToB,
-    /// Frames from interface b to interface a.
-    #[value(name = "b_to_a")]
-    BToA,
 }
 
 /// Runs `headway ctl`, printing to standard output.
@@ -127,9 +113,9 @@ pub fn run_to(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                 .with_context(|| format!("`{text}` is not a valid link spec"))?;
             let t = Some(text.as_str());
             let link = match dir {
-                Direction::Both => client.set_link(&name, t, None, None)?,
-                Direction::AToB => client.set_link(&name, None, t, None)?,
-                Direction::BToA => client.set_link(&name, None, None, t)?,
+                Dir::Both => client.set_link(&name, t, None, None)?,
+                Dir::AToB => client.set_link(&name, None, t, None)?,
+                Dir::BToA => client.set_link(&name, None, None, t)?,
             };
             write_link(out, &link)?;
         }

@@ -32,5 +32,5 @@ mod server;
 
 pub use client::{Client, ClientError};
 pub use control::{LinkControl, LinkView, LinkViewJson, SetLinkRequest};
-pub use ctl::{run, run_to, CtlArgs, CtlCommand, Direction, LinkCommand};
+pub use ctl::{run, run_to, CtlArgs, CtlCommand, LinkCommand};
 pub use server::{router, serve, AdminState, BODY_LIMIT, OPENMETRICS_CONTENT_TYPE};

@@ -35,4 +35,6 @@ mod suggest;
 pub use config::{
     AdminConfig, AdminError, Config, ConfigError, LinkConfig, Location, DEFAULT_ADMIN_LISTEN,
 };
-pub use spec::{JitterDist, Limit, LinkSpec, LinkSpecInput, LossSpec, Overhead, SpecError};
+pub use spec::{
+    Dir, JitterDist, Limit, LinkSpec, LinkSpecInput, LossSpec, Overhead, SpecError, UnknownDir,
+};

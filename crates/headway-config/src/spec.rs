@@ -1002,3 +1002,52 @@ mod opt_duration {
 
 #[cfg(test)]
 mod tests;
+
+/// Which direction(s) of a link a change applies to: `both`, `a_to_b` (frames from interface
+/// `a` to interface `b`) or `b_to_a`. Used by `headway ctl link set --dir`, `headway lab set
+/// --dir` and the lab's library API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dir {
+    /// Both directions.
+    #[default]
+    Both,
+    /// From side a (client / branch) to side b (server / data centre).
+    AToB,
+    /// From side b (server / data centre) to side a (client / branch).
+    BToA,
+}
+
+impl Dir {
+    /// The name on the command line and in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dir::Both => "both",
+            Dir::AToB => "a_to_b",
+            Dir::BToA => "b_to_a",
+        }
+    }
+}
+
+impl fmt::Display for Dir {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A direction name that is none of `both`, `a_to_b`, `b_to_a`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown direction `{0}`: use both, a_to_b or b_to_a")]
+pub struct UnknownDir(pub String);
+
+impl FromStr for Dir {
+    type Err = UnknownDir;
+    fn from_str(s: &str) -> Result<Dir, UnknownDir> {
+        match s {
+            "both" => Ok(Dir::Both),
+            "a_to_b" => Ok(Dir::AToB),
+            "b_to_a" => Ok(Dir::BToA),
+            other => Err(UnknownDir(other.to_string())),
+        }
+    }
+}

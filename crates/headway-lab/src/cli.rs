@@ -100,8 +100,8 @@ pub struct SetArgs {
     /// The link (`wan`; `wan1` or `wan2` in dual-wan). Default: the only link.
     #[arg(long)]
     pub link: Option<String>,
-    /// Which direction(s) to change.
-    #[arg(long, value_enum, default_value_t = Dir::Both)]
+    /// Which direction(s) to change: both, a_to_b or b_to_a.
+    #[arg(long, default_value_t = Dir::Both)]
     pub dir: Dir,
     /// The spec: key=value words, e.g. `delay=100ms loss=1%`. Keys not named stay as they are.
     #[arg(required = true)]

@@ -14,33 +14,8 @@
 
 use headway_config::LinkSpec;
 use headway_link::{Params, ParamsError};
-use serde::{Deserialize, Serialize};
 
-/// Which direction(s) of a link a change applies to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Dir {
-    /// Both directions.
-    #[value(name = "both")]
-    Both,
-    /// From side a (client / branch) to side b (server / data centre).
-    #[value(name = "a_to_b")]
-    AToB,
-    /// From side b (server / data centre) to side a (client / branch).
-    #[value(name = "b_to_a")]
-    BToA,
-}
-
-impl Dir {
-    /// The name `headway ctl --dir` takes.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Dir::Both => "both",
-            Dir::AToB => "a_to_b",
-            Dir::BToA => "b_to_a",
-        }
-    }
-}
+pub use headway_config::Dir;
 
 /// Both directions of an emulated link. The default is transparent both ways
 /// ([`Params::default`]).

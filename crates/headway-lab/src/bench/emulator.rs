@@ -52,7 +52,16 @@ pub fn run(args: EmulatorArgs) -> Result<()> {
         .context("the pair topology has no direct link")?
         .to_string();
     let wan_addr = lab.server_addr().to_string();
-    let mut server = lab.spawn("server", &["iperf3", "-s", "--forceflush", "-p", &IPERF_PORT.to_string()])?;
+    let mut server = lab.spawn(
+        "server",
+        &[
+            "iperf3",
+            "-s",
+            "--forceflush",
+            "-p",
+            &IPERF_PORT.to_string(),
+        ],
+    )?;
     server.wait_line(std::time::Duration::from_secs(10), |l| {
         l.contains("listening")
     })?;
@@ -78,7 +87,16 @@ pub fn run(args: EmulatorArgs) -> Result<()> {
         ..Params::default()
     };
     let lab = Lab::up(options(LinkSetting::symmetric(shaping.clone())))?;
-    let mut server = lab.spawn("server", &["iperf3", "-s", "--forceflush", "-p", &IPERF_PORT.to_string()])?;
+    let mut server = lab.spawn(
+        "server",
+        &[
+            "iperf3",
+            "-s",
+            "--forceflush",
+            "-p",
+            &IPERF_PORT.to_string(),
+        ],
+    )?;
     server.wait_line(std::time::Duration::from_secs(10), |l| {
         l.contains("listening")
     })?;
