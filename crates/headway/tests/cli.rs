@@ -123,13 +123,35 @@ fn origin_on_a_port_in_use_exits_64() {
 }
 
 #[test]
-fn lab_commands_without_root_say_so() {
-    if is_root() {
-        eprintln!("skipped: runs as root");
-        return;
-    }
-    let out = headway(&["lab", "up"]);
-    assert_usage_error(&out, "needs root");
+fn root_only_commands_run_unprivileged_exit_64_and_say_so() {
+    // As root (CI), drop to `nobody` with setpriv to exercise the unprivileged path for real.
+    let dir = TempDir::new("noroot");
+    let run = |args: &[&str]| -> Output {
+        if is_root() {
+            // A copy the unprivileged user can reach (the build dir may be under /root).
+            let copy = dir.path().join("headway");
+            if !copy.exists() {
+                std::fs::copy(bin(), &copy).unwrap();
+            }
+            let mut perms = std::fs::metadata(dir.path()).unwrap().permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+            std::fs::set_permissions(dir.path(), perms).unwrap();
+            Command::new("setpriv")
+                .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+                .arg(&copy)
+                .args(args)
+                .env("RUST_BACKTRACE", "0")
+                .output()
+                .expect("setpriv (util-linux)")
+        } else {
+            headway(args)
+        }
+    };
+    assert_usage_error(&run(&["lab", "up"]), "needs root");
+    assert_usage_error(&run(&["demo"]), "needs root");
+    assert_usage_error(&run(&["bench", "emulator"]), "needs root");
+    let out = run(&["emulate", "--a", "lo", "--b", "lo2"]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
 }
 
 #[test]
@@ -336,6 +358,21 @@ fn run_with_a_config_file_serves_links_and_the_admin_api() {
         table.contains("10mbit") && table.contains("20ms") && table.contains("2%"),
         "{table}"
     );
+    // A second instance on the same admin port is refused with one clear line.
+    let second = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns,
+            bin(),
+            "run",
+            "-c",
+            cfg.to_str().unwrap(),
+        ])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    assert_usage_error(&second, "127.0.0.1:9390");
     let metrics = Command::new("ip")
         .args([
             "netns",
