@@ -51,21 +51,6 @@ pub fn set_slice(slice: Duration) -> io::Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_short_slice_is_accepted_or_reported_unsupported() {
-        std::thread::spawn(|| match set_slice(Duration::from_micros(100)) {
-            Ok(()) => {}
-            Err(e) => assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}"),
-        })
-        .join()
-        .unwrap();
-    }
-}
-
 /// Moves the calling thread to the `SCHED_FIFO` real-time policy at `priority` (1–99). Needs
 /// root or CAP_SYS_NICE.
 pub fn set_realtime(priority: u8) -> io::Result<()> {
@@ -79,4 +64,19 @@ pub fn set_realtime(priority: u8) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_slice_is_accepted_or_reported_unsupported() {
+        std::thread::spawn(|| match set_slice(Duration::from_micros(100)) {
+            Ok(()) => {}
+            Err(e) => assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}"),
+        })
+        .join()
+        .unwrap();
+    }
 }
