@@ -1,0 +1,873 @@
+//! The async shell: one quinn endpoint per appliance, one QUIC connection per peer, one
+//! bidirectional stream per TCP flow.
+//!
+//! This module owns the UDP socket (through quinn and its tokio runtime), the TLS configs built
+//! from an [`Identity`] and the peers' pinned fingerprints, the per-peer transport tuning
+//! (flow-control windows and congestion controller), and the tasks that accept connections and
+//! streams. It makes no protocol decisions: QUIC is quinn's, authentication is `verify`'s,
+//! congestion control is `cc`'s, the flow header is `header`'s.
+//!
+//! ## Entry points and call order
+//! 1. [`Endpoint::bind`] (inside a tokio runtime) with the local identity and the peers.
+//! 2. Outbound: [`Endpoint::connect`] for a peer (reuses a live connection to it), then
+//!    [`Connection::open_flow`] per TCP flow.
+//! 3. Inbound: [`Endpoint::accept_flow`] in a loop; it yields flows opened by any peer on any
+//!    connection, whichever side connected. [`Endpoint::next_refusal`] yields refused handshakes.
+//!
+//! ## A flow
+//! A flow is one QUIC bidirectional stream (RFC 9000 §2). The opener writes the [`FlowHeader`]
+//! first, then the flow's bytes. Half-close is the stream's FIN (`SendStream::finish`, RFC 9000
+//! §3.1): the other direction keeps flowing. A TCP reset is carried as `SendStream::reset` and
+//! `RecvStream::stop` with [`code::RESET`] (RESET_STREAM / STOP_SENDING, RFC 9000 §3.5); the peer
+//! sees `ReadError::Reset` or `WriteError::Stopped`.
+//!
+//! ## Connection set-up
+//! After the TLS handshake (both certificates pinned, see `verify`), the accepting side opens a
+//! unidirectional stream and writes [`HELLO`] (magic and protocol version). The connecting side
+//! returns from [`Endpoint::connect`] only when it has read it: in TLS 1.3 the client finishes
+//! its handshake before the server has judged the client certificate, so without this step a
+//! refused client would only learn of it at its first flow.
+//!
+//! ## Backpressure and memory
+//! Nothing is buffered without bound: a stream's receive window is 2 × the peer link's
+//! bandwidth-delay product (rate × RTT estimate; at least 256 KiB, at most 256 MiB), the
+//! connection's 4 × (at least 1 MiB, at most 1 GiB), the send buffer the connection window; a
+//! writer waits when the peer has not granted credit. One flow can thus fill the link, and a
+//! flow whose reader stalls holds at most one stream window. Inbound flows wait in
+//! a queue of [`Options::inbound_queue`]; when it is full, streams are no longer accepted, and
+//! the peer's `open_flow` waits once [`Options::max_flows`] streams are open.
+//!
+//! ## Known limits
+//! Two appliances that connect to each other at the same moment end up with two connections;
+//! both work, and flows are accepted on both. Pre-shared-key authentication is not implemented
+//! (pinned fingerprints only).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use headway_core::Rate;
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::{ConnectionError, IdleTimeout, RecvStream, SendStream, TransportConfig, VarInt};
+use rustls::pki_types::CertificateDer;
+use tokio::sync::{mpsc, watch, Mutex};
+use tokio::task::JoinHandle;
+use tracing::{debug, debug_span, warn, Instrument};
+
+use crate::cc::{self, LinkRateFactory};
+use crate::header::{self, FlowHeader, FlowHeaderPacket, HeaderError};
+use crate::identity::{Fingerprint, Identity};
+use crate::verify::{provider, PinnedClients, PinnedServer};
+
+/// ALPN protocol id of the tunnel (RFC 7301); a peer without it is refused by TLS.
+pub const ALPN: &[u8] = b"headway-tunnel/1";
+/// What the accepting side sends on its first unidirectional stream: magic and version 1.
+pub const HELLO: [u8; 4] = *b"HWT\x01";
+/// The server name clients send; never checked (the certificate is pinned).
+const SERVER_NAME: &str = "headway-appliance";
+
+/// Application error codes for stream resets and connection closes.
+pub mod code {
+    use quinn::VarInt;
+    /// The TCP flow was reset (RST) or aborted; used with `SendStream::reset` and
+    /// `RecvStream::stop`.
+    pub const RESET: VarInt = VarInt::from_u32(1);
+    /// The stream's flow header was refused.
+    pub const BAD_HEADER: VarInt = VarInt::from_u32(2);
+    /// The endpoint is shutting down (connection close).
+    pub const SHUTDOWN: VarInt = VarInt::from_u32(3);
+}
+
+/// A peer appliance, as configured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerConfig {
+    /// A name for logs and metrics.
+    pub name: String,
+    /// The peer's tunnel address (where its endpoint is bound).
+    pub addr: SocketAddr,
+    /// SHA-256 fingerprint of the peer's certificate.
+    pub fingerprint: Fingerprint,
+    /// The WAN link rate towards this peer.
+    pub link_rate: Rate,
+    /// The expected RTT to the peer, for the first congestion window and the flow-control
+    /// windows (default 100 ms; err on the long side).
+    pub rtt_estimate: Duration,
+}
+
+impl PeerConfig {
+    /// A peer with the default RTT estimate.
+    pub fn new(
+        name: impl Into<String>,
+        addr: SocketAddr,
+        fingerprint: Fingerprint,
+        link_rate: Rate,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            addr,
+            fingerprint,
+            link_rate,
+            rtt_estimate: Duration::from_millis(100),
+        }
+    }
+
+    /// Bandwidth-delay product of the peer's link, in bytes.
+    pub fn bdp(&self) -> u64 {
+        (self.link_rate.bytes_per_sec() * self.rtt_estimate.as_secs_f64()) as u64
+    }
+}
+
+/// Endpoint tuning; [`Options::default`] documents the defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// Concurrent flows a peer may open on one connection (default 1024).
+    pub max_flows: u32,
+    /// Accepted flows waiting for [`Endpoint::accept_flow`] (default 256).
+    pub inbound_queue: usize,
+    /// A connection without any packet for this long is closed (default 30 s).
+    pub idle_timeout: Duration,
+    /// Keep-alive interval, so an idle tunnel stays up through NATs (default 5 s).
+    pub keep_alive: Duration,
+    /// Limit for the handshake plus hello (default 10 s).
+    pub handshake_timeout: Duration,
+    /// Limit for reading an inbound stream's flow header (default 10 s).
+    pub header_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            max_flows: 1024,
+            inbound_queue: 256,
+            idle_timeout: Duration::from_secs(30),
+            keep_alive: Duration::from_secs(5),
+            handshake_timeout: Duration::from_secs(10),
+            header_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Index of a peer in the list given to [`Endpoint::bind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PeerId(pub usize);
+
+/// A flow opened by a peer.
+#[derive(Debug)]
+pub struct InboundFlow {
+    /// The peer that opened it (authenticated by its certificate).
+    pub peer: PeerId,
+    /// Its flow header.
+    pub header: FlowHeader,
+    /// Bytes towards the peer's side of the flow.
+    pub send: SendStream,
+    /// Bytes from the peer's side of the flow (after the header).
+    pub recv: RecvStream,
+}
+
+/// A handshake the endpoint refused or that failed, from [`Endpoint::next_refusal`].
+#[derive(Debug)]
+pub struct Refusal {
+    /// Where the attempt came from.
+    pub remote: SocketAddr,
+    /// Why it failed.
+    pub error: HandshakeError,
+}
+
+/// Why a connection could not be established.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandshakeError {
+    /// We refused the peer: its certificate is not pinned (or TLS failed on our side).
+    #[error("peer not authenticated: {0}")]
+    NotAuthenticated(String),
+    /// The peer refused us, with a TLS alert (typically: our certificate is not pinned there).
+    #[error("refused by the peer: {0}")]
+    RefusedByPeer(String),
+    /// No answer within [`Options::handshake_timeout`].
+    #[error("handshake timed out")]
+    TimedOut,
+    /// The peer's hello was not [`HELLO`] (another protocol or version).
+    #[error("peer sent an unexpected hello {0:?}")]
+    Hello(Vec<u8>),
+    /// The hello stream failed (reset, stopped or too long) although the connection is up.
+    #[error("hello exchange failed: {0}")]
+    HelloStream(String),
+    /// The connection failed for another reason.
+    #[error("connection failed: {0}")]
+    Connection(ConnectionError),
+}
+
+impl HandshakeError {
+    /// A short, stable label for metrics (e.g. the fail-open reason counter).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::NotAuthenticated(_) => "unauthenticated",
+            Self::RefusedByPeer(_) => "refused",
+            Self::TimedOut => "timeout",
+            Self::Hello(_) | Self::HelloStream(_) => "protocol",
+            Self::Connection(_) => "connection",
+        }
+    }
+
+    fn from_connection(e: ConnectionError) -> Self {
+        // RFC 9001 §4.8: TLS alerts are carried as CRYPTO_ERROR, codes 0x100–0x1ff.
+        let crypto = |code: quinn::TransportErrorCode| (0x100..0x200).contains(&u64::from(code));
+        match e {
+            ConnectionError::TransportError(t) if crypto(t.code) => {
+                Self::NotAuthenticated(t.to_string())
+            }
+            ConnectionError::ConnectionClosed(c) if crypto(c.error_code) => {
+                Self::RefusedByPeer(c.to_string())
+            }
+            ConnectionError::TimedOut => Self::TimedOut,
+            other => Self::Connection(other),
+        }
+    }
+}
+
+/// Why [`Endpoint::bind`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BindError {
+    /// The UDP socket could not be bound.
+    #[error("binding the udp socket failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The TLS configuration was refused (e.g. the identity's key does not fit).
+    #[error("tls configuration refused: {0}")]
+    Tls(#[from] rustls::Error),
+    /// quinn refused the TLS configuration (no TLS 1.3 initial cipher suite).
+    #[error("quic crypto configuration refused: {0}")]
+    Quic(String),
+    /// A peer's congestion-controller settings are invalid.
+    #[error("peer {peer}: {source}")]
+    Congestion {
+        /// The peer's name.
+        peer: String,
+        /// What is wrong.
+        source: cc::ConfigError,
+    },
+    /// A transport parameter is out of range (idle timeout or window too large).
+    #[error("transport parameter out of range: {0}")]
+    Transport(String),
+    /// Two peers have the same fingerprint, so inbound connections could not be told apart.
+    #[error("two peers pin the same fingerprint {0}")]
+    DuplicatePeer(Fingerprint),
+}
+
+/// Why [`Endpoint::connect`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// No peer with this id.
+    #[error("no peer {0:?}")]
+    UnknownPeer(PeerId),
+    /// quinn refused to start the connection (e.g. endpoint closed, bad address).
+    #[error("cannot start the connection: {0}")]
+    Start(#[from] quinn::ConnectError),
+    /// The handshake failed.
+    #[error(transparent)]
+    Handshake(#[from] HandshakeError),
+}
+
+impl ConnectError {
+    /// A short, stable label for metrics (e.g. the fail-open reason counter).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::UnknownPeer(_) => "unknown_peer",
+            Self::Start(_) => "start",
+            Self::Handshake(h) => h.reason(),
+        }
+    }
+}
+
+/// Why [`Connection::open_flow`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FlowError {
+    /// The connection is gone.
+    #[error("connection lost: {0}")]
+    Connection(#[from] ConnectionError),
+    /// Writing the flow header failed.
+    #[error("writing the flow header failed: {0}")]
+    Write(#[from] quinn::WriteError),
+}
+
+/// Counters of an endpoint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// Connections established (both directions).
+    pub connections: u64,
+    /// Handshakes that failed or were refused (both directions).
+    pub refused: u64,
+    /// Inbound flows handed to [`Endpoint::accept_flow`].
+    pub flows_accepted: u64,
+    /// Inbound streams refused for their flow header.
+    pub bad_headers: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    connections: AtomicU64,
+    refused: AtomicU64,
+    flows_accepted: AtomicU64,
+    bad_headers: AtomicU64,
+}
+
+struct Shared {
+    quinn: quinn::Endpoint,
+    peers: Vec<PeerConfig>,
+    by_fingerprint: HashMap<Fingerprint, PeerId>,
+    client_configs: Vec<quinn::ClientConfig>,
+    server_configs: HashMap<SocketAddr, Arc<quinn::ServerConfig>>,
+    default_server_config: Arc<quinn::ServerConfig>,
+    slots: Vec<Mutex<Option<quinn::Connection>>>,
+    inbound_tx: mpsc::Sender<InboundFlow>,
+    refusals_tx: mpsc::Sender<Refusal>,
+    options: Options,
+    counters: Counters,
+}
+
+/// One appliance's tunnel endpoint. Dropping it closes all its connections.
+pub struct Endpoint {
+    shared: Arc<Shared>,
+    inbound_rx: Mutex<mpsc::Receiver<InboundFlow>>,
+    refusals_rx: Mutex<mpsc::Receiver<Refusal>>,
+    accept_task: JoinHandle<()>,
+    closed_tx: watch::Sender<bool>,
+}
+
+impl Endpoint {
+    /// [`Endpoint::bind_with`] with default [`Options`].
+    pub fn bind(
+        addr: SocketAddr,
+        identity: &Identity,
+        peers: Vec<PeerConfig>,
+    ) -> Result<Self, BindError> {
+        Self::bind_with(addr, identity, peers, Options::default())
+    }
+
+    /// Binds a UDP socket on `addr` and starts accepting connections from `peers` (and only
+    /// from them). Must be called inside a tokio runtime.
+    pub fn bind_with(
+        addr: SocketAddr,
+        identity: &Identity,
+        peers: Vec<PeerConfig>,
+        options: Options,
+    ) -> Result<Self, BindError> {
+        let socket = std::net::UdpSocket::bind(addr)?;
+        Self::from_socket(socket, identity, peers, options)
+    }
+
+    /// Like [`Endpoint::bind_with`] on an already bound socket (e.g. one bound before the
+    /// peers' addresses were known, or handed over by a supervisor).
+    pub fn from_socket(
+        socket: std::net::UdpSocket,
+        identity: &Identity,
+        peers: Vec<PeerConfig>,
+        options: Options,
+    ) -> Result<Self, BindError> {
+        let addr = socket.local_addr()?;
+        let mut by_fingerprint = HashMap::new();
+        for (i, p) in peers.iter().enumerate() {
+            if by_fingerprint.insert(p.fingerprint, PeerId(i)).is_some() {
+                return Err(BindError::DuplicatePeer(p.fingerprint));
+            }
+        }
+        let pinned: Vec<Fingerprint> = peers.iter().map(|p| p.fingerprint).collect();
+        let mut client_configs = Vec::with_capacity(peers.len());
+        let mut server_configs = HashMap::new();
+        for p in &peers {
+            let transport = Arc::new(transport_config(p, &options)?);
+            let mut client = quinn::ClientConfig::new(Arc::new(client_tls(identity, p)?));
+            client.transport_config(transport.clone());
+            client_configs.push(client);
+            let mut server =
+                quinn::ServerConfig::with_crypto(Arc::new(server_tls(identity, pinned.clone())?));
+            server.transport_config(transport);
+            server_configs.insert(p.addr, Arc::new(server));
+        }
+        // An inbound connection from an address no peer is configured at (NAT, renumbering) gets
+        // the tuning of the fastest peer; it is still authenticated by fingerprint.
+        let fastest = peers
+            .iter()
+            .max_by_key(|p| p.link_rate)
+            .cloned()
+            .unwrap_or_else(|| {
+                PeerConfig::new("default", addr, Fingerprint([0; 32]), Rate::from_mbps(100))
+            });
+        let mut default_server =
+            quinn::ServerConfig::with_crypto(Arc::new(server_tls(identity, pinned)?));
+        default_server.transport_config(Arc::new(transport_config(&fastest, &options)?));
+        let default_server_config = Arc::new(default_server);
+
+        let runtime = quinn::default_runtime()
+            .ok_or_else(|| std::io::Error::other("no async runtime (call inside tokio)"))?;
+        let quinn = quinn::Endpoint::new(
+            quinn::EndpointConfig::default(),
+            Some((*default_server_config).clone()),
+            socket,
+            runtime,
+        )?;
+        let (inbound_tx, inbound_rx) = mpsc::channel(options.inbound_queue.max(1));
+        let (refusals_tx, refusals_rx) = mpsc::channel(64);
+        let slots = peers.iter().map(|_| Mutex::new(None)).collect();
+        let shared = Arc::new(Shared {
+            quinn,
+            peers,
+            by_fingerprint,
+            client_configs,
+            server_configs,
+            default_server_config,
+            slots,
+            inbound_tx,
+            refusals_tx,
+            options,
+            counters: Counters::default(),
+        });
+        let accept_task = tokio::spawn(accept_connections(shared.clone()));
+        Ok(Self {
+            shared,
+            inbound_rx: Mutex::new(inbound_rx),
+            refusals_rx: Mutex::new(refusals_rx),
+            accept_task,
+            closed_tx: watch::channel(false).0,
+        })
+    }
+
+    /// The bound UDP address.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.shared.quinn.local_addr()
+    }
+
+    /// The configured peers, indexed by [`PeerId`].
+    pub fn peers(&self) -> &[PeerConfig] {
+        &self.shared.peers
+    }
+
+    /// The peer pinned with `fingerprint`.
+    pub fn peer_by_fingerprint(&self, fingerprint: &Fingerprint) -> Option<PeerId> {
+        self.shared.by_fingerprint.get(fingerprint).copied()
+    }
+
+    /// The live connection to `peer`, or a new one. Concurrent calls for one peer share one
+    /// connection attempt. Cancel-safe: a cancelled call leaves no half-registered connection.
+    pub async fn connect(&self, peer: PeerId) -> Result<Connection, ConnectError> {
+        let shared = &self.shared;
+        let slot = shared
+            .slots
+            .get(peer.0)
+            .ok_or(ConnectError::UnknownPeer(peer))?;
+        let mut slot = slot.lock().await;
+        if let Some(conn) = slot.as_ref().filter(|c| c.close_reason().is_none()) {
+            return Ok(Connection {
+                inner: conn.clone(),
+                peer,
+            });
+        }
+        let config = &shared.peers[peer.0];
+        let connecting = shared.quinn.connect_with(
+            shared.client_configs[peer.0].clone(),
+            config.addr,
+            SERVER_NAME,
+        )?;
+        let handshake = async {
+            let conn = connecting.await.map_err(HandshakeError::from_connection)?;
+            let mut hello = conn
+                .accept_uni()
+                .await
+                .map_err(HandshakeError::from_connection)?;
+            let bytes = hello.read_to_end(HELLO.len()).await.map_err(|e| match e {
+                quinn::ReadToEndError::Read(quinn::ReadError::ConnectionLost(c)) => {
+                    HandshakeError::from_connection(c)
+                }
+                other => HandshakeError::HelloStream(other.to_string()),
+            })?;
+            if bytes != HELLO {
+                conn.close(code::SHUTDOWN, b"bad hello");
+                return Err(HandshakeError::Hello(bytes));
+            }
+            Ok(conn)
+        };
+        let result = tokio::time::timeout(shared.options.handshake_timeout, handshake)
+            .await
+            .unwrap_or(Err(HandshakeError::TimedOut));
+        let conn = match result {
+            Ok(conn) => conn,
+            Err(e) => {
+                shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+                warn!(peer = %config.name, addr = %config.addr, error = %e, "tunnel connect failed");
+                return Err(e.into());
+            }
+        };
+        shared.counters.connections.fetch_add(1, Ordering::Relaxed);
+        debug!(peer = %config.name, addr = %config.addr, "tunnel connected");
+        *slot = Some(conn.clone());
+        let span = debug_span!("tunnel_conn", peer = %config.name, remote = %config.addr);
+        tokio::spawn(accept_streams(shared.clone(), conn.clone(), peer).instrument(span));
+        Ok(Connection { inner: conn, peer })
+    }
+
+    /// The next flow opened by any peer; `None` once the endpoint is closed. Cancel-safe.
+    pub async fn accept_flow(&self) -> Option<InboundFlow> {
+        let mut closed = self.closed_tx.subscribe();
+        tokio::select! {
+            biased;
+            _ = closed.wait_for(|c| *c) => None,
+            flow = async { self.inbound_rx.lock().await.recv().await } => flow,
+        }
+    }
+
+    /// The next refused or failed inbound handshake; `None` once the endpoint is closed. Refusals beyond 64 unread ones are only
+    /// counted in [`EndpointStats::refused`]. Cancel-safe.
+    pub async fn next_refusal(&self) -> Option<Refusal> {
+        let mut closed = self.closed_tx.subscribe();
+        tokio::select! {
+            biased;
+            _ = closed.wait_for(|c| *c) => None,
+            refusal = async { self.refusals_rx.lock().await.recv().await } => refusal,
+        }
+    }
+
+    /// The endpoint's counters.
+    pub fn stats(&self) -> EndpointStats {
+        let c = &self.shared.counters;
+        EndpointStats {
+            connections: c.connections.load(Ordering::Relaxed),
+            refused: c.refused.load(Ordering::Relaxed),
+            flows_accepted: c.flows_accepted.load(Ordering::Relaxed),
+            bad_headers: c.bad_headers.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Closes every connection and stops accepting; flows in progress are cut.
+    pub fn close(&self) {
+        self.closed_tx.send_replace(true);
+        self.accept_task.abort();
+        self.shared.quinn.close(code::SHUTDOWN, b"shutdown");
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("local_addr", &self.local_addr().ok())
+            .field("peers", &self.shared.peers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The QUIC connection to one peer. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    inner: quinn::Connection,
+    peer: PeerId,
+}
+
+impl Connection {
+    /// Opens a flow: a new stream whose first bytes are `header`. Waits while the peer allows
+    /// no more concurrent flows. Not cancel-safe once the stream is opened (a cancelled call
+    /// leaves a stream the peer sees as reset or truncated).
+    pub async fn open_flow(
+        &self,
+        header: &FlowHeader,
+    ) -> Result<(SendStream, RecvStream), FlowError> {
+        let (mut send, recv) = self.inner.open_bi().await?;
+        send.write_all(&header.to_bytes()).await?;
+        Ok((send, recv))
+    }
+
+    /// The peer at the other end.
+    pub fn peer(&self) -> PeerId {
+        self.peer
+    }
+
+    /// The peer's UDP address.
+    pub fn remote_address(&self) -> SocketAddr {
+        self.inner.remote_address()
+    }
+
+    /// quinn's statistics (RTT, congestion window, lost packets…).
+    pub fn stats(&self) -> quinn::ConnectionStats {
+        self.inner.stats()
+    }
+
+    /// Why the connection closed, if it did.
+    pub fn close_reason(&self) -> Option<ConnectionError> {
+        self.inner.close_reason()
+    }
+
+    /// Waits until the connection is closed and says why. Cancel-safe.
+    pub async fn closed(&self) -> ConnectionError {
+        self.inner.closed().await
+    }
+
+    /// Closes the connection and every flow on it.
+    pub fn close(&self) {
+        self.inner.close(code::SHUTDOWN, b"closed");
+    }
+}
+
+fn transport_config(peer: &PeerConfig, options: &Options) -> Result<TransportConfig, BindError> {
+    const MIB: u64 = 1 << 20;
+    let bdp = peer.bdp();
+    let stream_window = bdp.saturating_mul(2).clamp(256 * 1024, 256 * MIB);
+    let conn_window = bdp.saturating_mul(4).clamp(MIB, 1024 * MIB);
+    let varint = |v: u64| VarInt::from_u64(v).map_err(|e| BindError::Transport(e.to_string()));
+    let mut cc_config = cc::Config::new(peer.link_rate);
+    cc_config.initial_rtt = peer.rtt_estimate;
+    let factory = LinkRateFactory::new(cc_config).map_err(|source| BindError::Congestion {
+        peer: peer.name.clone(),
+        source,
+    })?;
+    let mut t = TransportConfig::default();
+    t.stream_receive_window(varint(stream_window)?)
+        .receive_window(varint(conn_window)?)
+        .send_window(conn_window)
+        .max_concurrent_bidi_streams(VarInt::from_u32(options.max_flows))
+        .max_concurrent_uni_streams(VarInt::from_u32(4))
+        .initial_rtt(peer.rtt_estimate)
+        .keep_alive_interval(Some(options.keep_alive))
+        .max_idle_timeout(Some(
+            IdleTimeout::try_from(options.idle_timeout)
+                .map_err(|e| BindError::Transport(e.to_string()))?,
+        ))
+        .congestion_controller_factory(Arc::new(factory));
+    Ok(t)
+}
+
+fn client_tls(identity: &Identity, peer: &PeerConfig) -> Result<QuicClientConfig, BindError> {
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(PinnedServer::new(peer.fingerprint)))
+        .with_client_auth_cert(vec![identity.cert()], identity.key())?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    QuicClientConfig::try_from(tls).map_err(|e| BindError::Quic(e.to_string()))
+}
+
+fn server_tls(
+    identity: &Identity,
+    pinned: Vec<Fingerprint>,
+) -> Result<QuicServerConfig, BindError> {
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_client_cert_verifier(Arc::new(PinnedClients::new(pinned)))
+        .with_single_cert(vec![identity.cert()], identity.key())?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    QuicServerConfig::try_from(tls).map_err(|e| BindError::Quic(e.to_string()))
+}
+
+fn refuse(shared: &Shared, remote: SocketAddr, error: HandshakeError) {
+    shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+    warn!(%remote, %error, "tunnel handshake refused");
+    // A full queue only loses the detail; the counter above has it.
+    let _ = shared.refusals_tx.try_send(Refusal { remote, error });
+}
+
+async fn accept_connections(shared: Arc<Shared>) {
+    while let Some(incoming) = shared.quinn.accept().await {
+        let span = debug_span!("tunnel_conn", remote = %incoming.remote_address());
+        tokio::spawn(accept_connection(shared.clone(), incoming).instrument(span));
+    }
+}
+
+async fn accept_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
+    let remote = incoming.remote_address();
+    let config = shared
+        .server_configs
+        .get(&remote)
+        .unwrap_or(&shared.default_server_config)
+        .clone();
+    let connecting = match incoming.accept_with(config) {
+        Ok(c) => c,
+        Err(e) => return refuse(&shared, remote, HandshakeError::from_connection(e)),
+    };
+    let conn = match tokio::time::timeout(shared.options.handshake_timeout, connecting).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => return refuse(&shared, remote, HandshakeError::from_connection(e)),
+        Err(_) => return refuse(&shared, remote, HandshakeError::TimedOut),
+    };
+    // The verifier accepted only pinned certificates; map the one presented to its peer.
+    let peer = conn
+        .peer_identity()
+        .and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok())
+        .and_then(|certs| certs.first().map(|c| Fingerprint::of(c)))
+        .and_then(|f| shared.by_fingerprint.get(&f).copied());
+    let Some(peer) = peer else {
+        conn.close(code::SHUTDOWN, b"unknown peer");
+        return refuse(
+            &shared,
+            remote,
+            HandshakeError::NotAuthenticated("no pinned certificate presented".into()),
+        );
+    };
+    let hello = async {
+        let mut s = conn
+            .open_uni()
+            .await
+            .map_err(HandshakeError::from_connection)?;
+        s.write_all(&HELLO).await.map_err(|e| match e {
+            quinn::WriteError::ConnectionLost(c) => HandshakeError::from_connection(c),
+            other => HandshakeError::HelloStream(other.to_string()),
+        })?;
+        s.finish()
+            .map_err(|e| HandshakeError::HelloStream(e.to_string()))
+    };
+    if let Err(e) = hello.await {
+        return refuse(&shared, remote, e);
+    }
+    shared.counters.connections.fetch_add(1, Ordering::Relaxed);
+    debug!(peer = %shared.peers[peer.0].name, %remote, "tunnel accepted");
+    {
+        let mut slot = shared.slots[peer.0].lock().await;
+        if slot.as_ref().is_none_or(|c| c.close_reason().is_some()) {
+            *slot = Some(conn.clone());
+        }
+    }
+    accept_streams(shared, conn, peer).await;
+}
+
+async fn accept_streams(shared: Arc<Shared>, conn: quinn::Connection, peer: PeerId) {
+    loop {
+        match conn.accept_bi().await {
+            Ok((send, recv)) => {
+                tokio::spawn(accept_stream(shared.clone(), peer, send, recv).in_current_span());
+            }
+            Err(e) => {
+                debug!(peer = %shared.peers[peer.0].name, error = %e, "tunnel connection ended");
+                return;
+            }
+        }
+    }
+}
+
+async fn accept_stream(shared: Arc<Shared>, peer: PeerId, send: SendStream, mut recv: RecvStream) {
+    let read = tokio::time::timeout(shared.options.header_timeout, read_header(&mut recv)).await;
+    let header = match read {
+        Ok(Ok(h)) => h,
+        Ok(Err(e)) => return bad_header(&shared, peer, send, recv, &e),
+        Err(_) => return bad_header(&shared, peer, send, recv, &"timed out"),
+    };
+    shared
+        .counters
+        .flows_accepted
+        .fetch_add(1, Ordering::Relaxed);
+    let flow = InboundFlow {
+        peer,
+        header,
+        send,
+        recv,
+    };
+    // Waits while the queue is full: that is the backpressure on new flows.
+    if let Err(mpsc::error::SendError(mut flow)) = shared.inbound_tx.send(flow).await {
+        let _ = flow.send.reset(code::SHUTDOWN);
+        let _ = flow.recv.stop(code::SHUTDOWN);
+    }
+}
+
+fn bad_header(
+    shared: &Shared,
+    peer: PeerId,
+    mut send: SendStream,
+    mut recv: RecvStream,
+    error: &dyn std::fmt::Display,
+) {
+    shared.counters.bad_headers.fetch_add(1, Ordering::Relaxed);
+    warn!(peer = %shared.peers[peer.0].name, %error, "tunnel flow refused");
+    let _ = send.reset(code::BAD_HEADER);
+    let _ = recv.stop(code::BAD_HEADER);
+}
+
+/// Why a flow header could not be read from a stream.
+#[derive(Debug, thiserror::Error)]
+enum ReadHeaderError {
+    #[error("reading the flow header failed: {0}")]
+    Read(#[from] quinn::ReadExactError),
+    #[error(transparent)]
+    Header(#[from] HeaderError),
+}
+
+async fn read_header(recv: &mut RecvStream) -> Result<FlowHeader, ReadHeaderError> {
+    let mut buf = [0u8; header::MAX_HEADER_LEN];
+    recv.read_exact(&mut buf[..header::PREFIX_LEN]).await?;
+    let len = header::header_len(&buf[..header::PREFIX_LEN])?;
+    recv.read_exact(&mut buf[header::PREFIX_LEN..len]).await?;
+    Ok(FlowHeader::parse(&FlowHeaderPacket::new_checked(
+        &buf[..len],
+    )?)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headway_core::Rate;
+
+    fn pair() -> (Endpoint, Endpoint) {
+        let (a_id, b_id) = (Identity::generate().unwrap(), Identity::generate().unwrap());
+        let sa = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sb = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (aa, ba) = (sa.local_addr().unwrap(), sb.local_addr().unwrap());
+        let rate = Rate::from_mbps(100);
+        let a = Endpoint::from_socket(
+            sa,
+            &a_id,
+            vec![PeerConfig::new("b", ba, b_id.fingerprint(), rate)],
+            Options::default(),
+        )
+        .unwrap();
+        let b = Endpoint::from_socket(
+            sb,
+            &b_id,
+            vec![PeerConfig::new("a", aa, a_id.fingerprint(), rate)],
+            Options::default(),
+        )
+        .unwrap();
+        (a, b)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stream_with_a_bad_header_is_reset_and_counted() {
+        let run = async {
+            let (a, b) = pair();
+            let conn = a.connect(PeerId(0)).await.unwrap();
+            // Raw stream, bypassing open_flow: version 9 is not spoken.
+            let (mut send, mut recv) = conn.inner.open_bi().await.unwrap();
+            send.write_all(&[9, 0, 0, 12, 0, 0, 0, 0, 0, 0, 0, 0])
+                .await
+                .unwrap();
+            let mut buf = [0u8; 8];
+            let err = recv.read(&mut buf).await.unwrap_err();
+            assert_eq!(err, quinn::ReadError::Reset(code::BAD_HEADER));
+            assert_eq!(b.stats().bad_headers, 1);
+            assert_eq!(b.stats().flows_accepted, 0);
+            // The connection survives and carries good flows.
+            let header = FlowHeader::from_bytes(&[1, 0, 0, 12, 0, 0, 0, 1, 0, 0, 0, 0]).unwrap();
+            let (mut send, _recv) = conn.open_flow(&header).await.unwrap();
+            send.finish().unwrap();
+            let flow = b.accept_flow().await.unwrap();
+            assert_eq!(flow.header, header);
+        };
+        tokio::time::timeout(Duration::from_secs(60), run)
+            .await
+            .expect("test exceeded its deadline");
+    }
+
+    #[test]
+    fn handshake_errors_have_metric_labels() {
+        assert_eq!(HandshakeError::TimedOut.reason(), "timeout");
+        let e = ConnectError::Handshake(HandshakeError::RefusedByPeer("x".into()));
+        assert_eq!(e.reason(), "refused");
+        assert_eq!(
+            ConnectError::UnknownPeer(PeerId(3)).reason(),
+            "unknown_peer"
+        );
+    }
+}
