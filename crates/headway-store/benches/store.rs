@@ -1,0 +1,115 @@
+//! Put and get throughput of the chunk store for 1 KiB chunks: memory-only store, disk store with
+//! reads served by the memory tier, and disk store with reads from the files (memory tier off).
+
+// `criterion_main!` generates an undocumented `main`.
+#![allow(missing_docs)]
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use headway_store::{ChunkId, Store, StoreConfig};
+
+const CHUNK: usize = 1024;
+const N: u64 = 4096;
+
+fn id(n: u64) -> ChunkId {
+    let mut b = [0u8; 32];
+    b[..8].copy_from_slice(&n.to_le_bytes());
+    b[8..16].copy_from_slice(&n.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes());
+    ChunkId(b)
+}
+
+fn chunk(n: u64) -> Vec<u8> {
+    (0..CHUNK)
+        .map(|i| (n as usize).wrapping_mul(131).wrapping_add(i) as u8)
+        .collect()
+}
+
+fn disk_cfg(dir: &std::path::Path, memory_bytes: u64) -> StoreConfig {
+    StoreConfig {
+        memory_bytes,
+        // Size-based syncs as in production, so the put numbers include them.
+        ..StoreConfig::disk(dir, 256 << 20)
+    }
+}
+
+fn bench_put(c: &mut Criterion) {
+    let mut g = c.benchmark_group("put_1k");
+    g.throughput(Throughput::Bytes(N * CHUNK as u64));
+    let chunks: Vec<_> = (0..N).map(|n| (id(n), chunk(n))).collect();
+    g.bench_function("memory", |b| {
+        b.iter_batched(
+            || Store::open(StoreConfig::memory(1 << 30)).unwrap(),
+            |store| {
+                for (i, d) in &chunks {
+                    store.put(*i, d).unwrap();
+                }
+                store
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(disk_cfg(tmp.path(), 64 << 20)).unwrap();
+    g.bench_function("disk", |b| {
+        b.iter(|| {
+            for (i, d) in &chunks {
+                store.put(*i, d).unwrap();
+            }
+        })
+    });
+    // The same without size-based syncs: the cost of the store itself, apart from the disk.
+    let tmp2 = tempfile::tempdir().unwrap();
+    let cfg = StoreConfig {
+        sync_bytes: None,
+        ..disk_cfg(tmp2.path(), 64 << 20)
+    };
+    let store = Store::open(cfg).unwrap();
+    g.bench_function("disk_no_sync", |b| {
+        b.iter(|| {
+            for (i, d) in &chunks {
+                store.put(*i, d).unwrap();
+            }
+        })
+    });
+    g.finish();
+}
+
+fn bench_get(c: &mut Criterion) {
+    let mut g = c.benchmark_group("get_1k");
+    g.throughput(Throughput::Bytes(N * CHUNK as u64));
+    let mem = Store::open(StoreConfig::memory(1 << 30)).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let tiered = Store::open(disk_cfg(&tmp.path().join("tiered"), 64 << 20)).unwrap();
+    let disk = Store::open(disk_cfg(&tmp.path().join("disk"), 0)).unwrap();
+    for n in 0..N {
+        let d = chunk(n);
+        for s in [&mem, &tiered, &disk] {
+            s.put(id(n), &d).unwrap();
+        }
+    }
+    for (name, store) in [
+        ("memory", &mem),
+        ("disk_memory_tier", &tiered),
+        ("disk_pread", &disk),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                for n in 0..N {
+                    black_box(store.get(&id(n)).unwrap());
+                }
+            })
+        });
+    }
+    g.bench_function("run_64_disk_pread", |b| {
+        b.iter(|| {
+            for n in (0..N - 64).step_by(64) {
+                black_box(disk.run(&id(n), 64).unwrap());
+            }
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_put, bench_get);
+criterion_main!(benches);

@@ -1,0 +1,786 @@
+//! The [`Store`]: segment ring, RAM index, memory tier and their locking.
+//!
+//! Owns the files in the store's directory (nothing else may write there) and the index. Three
+//! locks, always taken in this order and never across file I/O that can take long except where
+//! noted:
+//!
+//! 1. `writer` (mutex): the append position, the next seq and the newest segment. `put` holds it
+//!    for its whole duration, so records reach the file and the index in seq order.
+//! 2. `index` (rwlock): hash map, log and segment list. Readers take it shared just long enough to
+//!    copy a location out; `put` takes it exclusively after its write to publish the record and
+//!    evict. Reads of the file happen after it is released: a segment evicted meanwhile is
+//!    unlinked but stays readable through the open handle, and its bytes are still the verified
+//!    record that was asked for.
+//! 3. `cache` (mutex): the memory tier.
+
+use std::collections::VecDeque;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufReader, Read};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hashbrown::HashMap;
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+use parking_lot::{Mutex, RwLock};
+
+use crate::cache::Cache;
+use crate::record::{Record, RecordError, RecordRepr, HEADER_LEN, MAX_CHUNK_LEN};
+use crate::{
+    ChunkId, Seq, StoreConfig, StoreError, StoreStats, MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
+};
+
+/// A persistent (or memory-only) chunk store. See the crate documentation for the model,
+/// durability and locking.
+#[derive(Debug)]
+pub struct Store {
+    cfg: StoreConfig,
+    writer: Mutex<Writer>,
+    index: RwLock<Index>,
+    cache: Mutex<Cache>,
+    counters: Counters,
+    /// Exclusive lock on the directory (disk store), released when the store is dropped.
+    _lock: Option<Flock<File>>,
+}
+
+/// One segment file, shared by the index slots that point into it.
+#[derive(Debug)]
+struct Segment {
+    number: u32,
+    path: PathBuf,
+    file: File,
+}
+
+/// Where a record's data lives.
+#[derive(Debug, Clone)]
+enum Loc {
+    /// In a segment file: the record starts at `off` and carries `len` data bytes.
+    Disk {
+        seg: Arc<Segment>,
+        off: u32,
+        len: u32,
+    },
+    /// In RAM (memory-only store).
+    Mem(Bytes),
+}
+
+impl Loc {
+    /// Data length of the record.
+    fn len(&self) -> usize {
+        match self {
+            Loc::Disk { len, .. } => *len as usize,
+            Loc::Mem(data) => data.len(),
+        }
+    }
+}
+
+/// One record of the log.
+#[derive(Debug)]
+struct Slot {
+    seq: u64,
+    id: ChunkId,
+    loc: Loc,
+}
+
+#[derive(Debug)]
+struct SegInfo {
+    seg: Arc<Segment>,
+    /// Bytes the file takes on disk (including any ignored invalid tail).
+    len: u64,
+}
+
+#[derive(Debug, Default)]
+struct Index {
+    /// Latest seq of every indexed id.
+    map: HashMap<ChunkId, u64>,
+    /// Every indexed record, seqs strictly increasing.
+    log: VecDeque<Slot>,
+    /// Segment files, oldest first; the last one is the newest (appended to).
+    segments: VecDeque<SegInfo>,
+    disk_bytes: u64,
+    /// Data bytes held in `log` (memory-only store).
+    mem_bytes: u64,
+}
+
+#[derive(Debug, Default)]
+struct Writer {
+    /// Newest segment (disk store only).
+    active: Option<Arc<Segment>>,
+    /// Append offset in `active`.
+    len: u64,
+    /// Bytes appended since the last data sync.
+    unsynced: u64,
+    next_seq: u64,
+    next_number: u32,
+    /// Reused record buffer, so an append costs no allocation.
+    buf: Vec<u8>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    memory_hits: AtomicU64,
+    evicted_records: AtomicU64,
+    evicted_segments: AtomicU64,
+    torn_tails: AtomicU64,
+    discarded_bytes: AtomicU64,
+    corrupt_reads: AtomicU64,
+    syncs: AtomicU64,
+}
+
+fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StoreError + 'a {
+    move |source| StoreError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl Store {
+    /// Opens (or creates) a store. For a disk store this scans every segment in the directory,
+    /// checks every record's CRC, truncates a torn tail of the newest segment and rebuilds the
+    /// index; it then evicts old segments if the directory is over `max_bytes`.
+    pub fn open(cfg: StoreConfig) -> Result<Store, StoreError> {
+        validate(&cfg)?;
+        let lock = cfg.dir.as_deref().map(lock_dir).transpose()?;
+        let cache_bytes = if cfg.dir.is_some() {
+            cfg.memory_bytes
+        } else {
+            0
+        };
+        let store = Store {
+            writer: Mutex::new(Writer::default()),
+            index: RwLock::new(Index::default()),
+            cache: Mutex::new(Cache::new(cache_bytes)),
+            counters: Counters::default(),
+            _lock: lock,
+            cfg,
+        };
+        if let Some(dir) = store.cfg.dir.clone() {
+            store.recover(&dir)?;
+        }
+        Ok(store)
+    }
+
+    /// Appends a chunk to the log and returns its seq. `data` must be the chunk whose id is `id`
+    /// (the store does not recompute ids). A chunk already present is appended again: the log is
+    /// the arrival history, and `get` then returns the newest copy.
+    ///
+    /// Blocks for one positioned write, and occasionally a data sync, a segment creation or the
+    /// deletion of evicted segments.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::ChunkTooLarge`]; [`StoreError::Io`] if the append or starting a new segment
+    /// failed (nothing was stored), or if the size-based sync failed (the chunk *was* stored and
+    /// is readable, but may not survive a crash).
+    pub fn put(&self, id: ChunkId, data: &[u8]) -> Result<Seq, StoreError> {
+        if data.len() > MAX_CHUNK_LEN {
+            return Err(StoreError::ChunkTooLarge {
+                len: data.len(),
+                max: MAX_CHUNK_LEN,
+            });
+        }
+        let mut w = self.writer.lock();
+        let seq = w.next_seq;
+        let repr = RecordRepr {
+            seq,
+            id,
+            len: data.len() as u32,
+        };
+        let Some(dir) = self.cfg.dir.as_deref() else {
+            let data = Bytes::copy_from_slice(data);
+            w.next_seq += 1;
+            let mut idx = self.index.write();
+            idx.mem_bytes += data.len() as u64;
+            idx.push(Slot {
+                seq,
+                id,
+                loc: Loc::Mem(data),
+            });
+            let evicted = idx.evict_memory(self.cfg.memory_bytes);
+            bump(&self.counters.evicted_records, evicted);
+            return Ok(Seq(seq));
+        };
+
+        let rec_len = repr.buffer_len() as u64;
+        if w.len > 0 && w.len + rec_len > self.cfg.segment_bytes {
+            self.roll(dir, &mut w)?;
+        }
+        let Some(seg) = w.active.clone() else {
+            // `recover` always leaves an active segment and `roll` only replaces it.
+            unreachable!("disk store without an active segment")
+        };
+        let mut buf = std::mem::take(&mut w.buf);
+        buf.clear();
+        buf.resize(repr.buffer_len(), 0);
+        repr.emit(&mut buf, data);
+        let off = w.len;
+        let written = seg.file.write_all_at(&buf, off);
+        w.buf = buf;
+        if let Err(e) = written {
+            // Do not leave a partial record behind the append position: the next record would be
+            // written after it, and at open the torn bytes would end the valid prefix there.
+            let _ = seg.file.set_len(off);
+            return Err(io_err("append to", &seg.path)(e));
+        }
+        w.len += rec_len;
+        w.next_seq += 1;
+        w.unsynced += rec_len;
+
+        let doomed = {
+            let mut idx = self.index.write();
+            if let Some(last) = idx.segments.back_mut() {
+                last.len = w.len;
+            }
+            idx.disk_bytes += rec_len;
+            idx.push(Slot {
+                seq,
+                id,
+                loc: Loc::Disk {
+                    seg: seg.clone(),
+                    off: off as u32,
+                    len: repr.len,
+                },
+            });
+            idx.evict_disk(self.cfg.max_bytes, &self.counters)
+        };
+        // Still under the writer lock, so no new segment can reuse a number being deleted.
+        remove_segments(&doomed);
+        // The record is published before the size-based sync: if the sync fails the caller gets
+        // the error, but the store stays consistent with its file (the chunk is there).
+        let synced = match self.cfg.sync_bytes {
+            Some(n) if w.unsynced >= n => self.sync(&seg, &mut w),
+            _ => Ok(()),
+        };
+        drop(w);
+        self.cache.lock().insert(id, Bytes::copy_from_slice(data));
+        synced.map(|()| Seq(seq))
+    }
+
+    /// The newest copy of chunk `id`, verified (CRC, id and seq in the record header), or `None`
+    /// if it is unknown, evicted or fails verification (counted in
+    /// [`StoreStats::corrupt_reads`]). Blocks for one positioned read on a memory-tier miss.
+    pub fn get(&self, id: &ChunkId) -> Option<Bytes> {
+        let found = {
+            let idx = self.index.read();
+            idx.map
+                .get(id)
+                .and_then(|&seq| idx.slot(seq))
+                .map(|s| (s.seq, s.loc.clone()))
+        };
+        let data = found.and_then(|(seq, loc)| self.load(id, seq, loc));
+        self.count(data.is_some());
+        data
+    }
+
+    /// Whether chunk `id` is indexed (without reading or verifying it).
+    pub fn contains(&self, id: &ChunkId) -> bool {
+        self.index.read().map.contains_key(id)
+    }
+
+    /// The `count` records that follow the newest copy of `first` in log order, starting with
+    /// `first` itself, each verified. `None` if `count` is 0, if `first` is unknown, if fewer than
+    /// `count` records follow it, if the seqs are not consecutive (a region was lost), or if any
+    /// record fails verification.
+    pub fn run(&self, first: &ChunkId, count: u32) -> Option<Vec<(ChunkId, Bytes)>> {
+        let out = (count > 0)
+            .then(|| self.follow(first, count, usize::MAX))
+            .filter(|v| v.len() == count as usize);
+        self.count(out.is_some());
+        out
+    }
+
+    /// Like [`Store::run`], but as long as possible within limits: `first` (newest copy) and the
+    /// records that follow it in log order, at most `max_chunks`, stopping after the chunk that
+    /// brings the data total to `max_bytes` or more, before a gap in the seqs, and before a
+    /// record that fails verification. Empty if `first` is unknown or `max_chunks` is 0.
+    ///
+    /// This is what an encoder uses to see how far the history it holds matches a flow; it
+    /// does not count as a hit or miss.
+    pub fn follow(
+        &self,
+        first: &ChunkId,
+        max_chunks: u32,
+        max_bytes: usize,
+    ) -> Vec<(ChunkId, Bytes)> {
+        let slots = self.follow_slots(first, max_chunks, max_bytes);
+        let mut out = Vec::with_capacity(slots.len());
+        for (seq, id, loc) in slots {
+            match self.load(&id, seq, loc) {
+                Some(data) => out.push((id, data)),
+                None => break,
+            }
+        }
+        out
+    }
+
+    /// Drops every chunk (the admin "purge the cache" operation, or a wiped appliance): deletes
+    /// every segment file, empties the index and the memory tier, and starts a new segment.
+    /// Seqs continue from where they were. Readers that already copied a location out may still
+    /// complete their read (the unlinked file stays readable until they finish).
+    pub fn purge(&self) -> Result<(), StoreError> {
+        let mut w = self.writer.lock();
+        let doomed: Vec<_> = {
+            let mut idx = self.index.write();
+            let evicted = idx.log.len() as u64;
+            idx.map.clear();
+            idx.log.clear();
+            idx.mem_bytes = 0;
+            idx.disk_bytes = 0;
+            bump(&self.counters.evicted_records, evicted);
+            idx.segments.drain(..).map(|info| info.seg).collect()
+        };
+        bump(&self.counters.evicted_segments, doomed.len() as u64);
+        self.cache.lock().clear();
+        remove_segments(&doomed);
+        w.active = None;
+        w.len = 0;
+        w.unsynced = 0;
+        if let Some(dir) = self.cfg.dir.as_deref() {
+            self.roll(dir, &mut w)?;
+        }
+        Ok(())
+    }
+
+    /// Sizes and counters.
+    pub fn stats(&self) -> StoreStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let idx = self.index.read();
+        StoreStats {
+            disk_bytes: idx.disk_bytes,
+            memory_bytes: idx.mem_bytes + self.cache.lock().bytes(),
+            chunks: idx.map.len() as u64,
+            records: idx.log.len() as u64,
+            segments: idx.segments.len() as u64,
+            hits: get(&c.hits),
+            misses: get(&c.misses),
+            memory_hits: get(&c.memory_hits),
+            evicted_records: get(&c.evicted_records),
+            evicted_segments: get(&c.evicted_segments),
+            torn_tails: get(&c.torn_tails),
+            discarded_bytes: get(&c.discarded_bytes),
+            corrupt_reads: get(&c.corrupt_reads),
+            syncs: get(&c.syncs),
+        }
+    }
+
+    /// Syncs the newest segment's data to disk: every record `put` before this call survives a
+    /// crash after it returns. A no-op for a memory-only store.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        let mut w = self.writer.lock();
+        match w.active.clone() {
+            Some(seg) if w.unsynced > 0 => self.sync(&seg, &mut w),
+            _ => Ok(()),
+        }
+    }
+
+    fn count(&self, hit: bool) {
+        bump(
+            if hit {
+                &self.counters.hits
+            } else {
+                &self.counters.misses
+            },
+            1,
+        );
+    }
+
+    fn follow_slots(
+        &self,
+        first: &ChunkId,
+        max_chunks: u32,
+        max_bytes: usize,
+    ) -> Vec<(u64, ChunkId, Loc)> {
+        let idx = self.index.read();
+        let Some(pos) = idx.map.get(first).and_then(|&seq| idx.position(seq)) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        for slot in idx.log.range(pos..) {
+            if out.len() >= max_chunks as usize || bytes >= max_bytes {
+                break;
+            }
+            // Seqs strictly increase; a jump means a region was lost at open.
+            if out.last().is_some_and(|&(prev, _, _)| slot.seq != prev + 1) {
+                break;
+            }
+            bytes = bytes.saturating_add(slot.loc.len());
+            out.push((slot.seq, slot.id, slot.loc.clone()));
+        }
+        out
+    }
+
+    /// The verified data of record `seq` (chunk `id`) at `loc`, from the memory tier if cached.
+    fn load(&self, id: &ChunkId, seq: u64, loc: Loc) -> Option<Bytes> {
+        let (seg, off, len) = match loc {
+            Loc::Mem(data) => return Some(data),
+            Loc::Disk { seg, off, len } => (seg, off, len),
+        };
+        if let Some(data) = self.cache.lock().get(id) {
+            bump(&self.counters.memory_hits, 1);
+            return Some(data);
+        }
+        let mut buf = vec![0u8; HEADER_LEN + len as usize];
+        let verified = seg
+            .file
+            .read_exact_at(&mut buf, u64::from(off))
+            .ok()
+            .and_then(|()| {
+                let rec = Record::new_checked(&buf[..]).ok()?;
+                let repr = RecordRepr::parse(&rec).ok()?;
+                (repr.seq == seq && repr.id == *id && repr.len == len).then_some(())
+            });
+        if verified.is_none() {
+            bump(&self.counters.corrupt_reads, 1);
+            return None;
+        }
+        let data = Bytes::from(buf).slice(HEADER_LEN..);
+        self.cache.lock().insert(*id, data.clone());
+        Some(data)
+    }
+
+    fn sync(&self, seg: &Segment, w: &mut Writer) -> Result<(), StoreError> {
+        seg.file.sync_data().map_err(io_err("sync", &seg.path))?;
+        w.unsynced = 0;
+        bump(&self.counters.syncs, 1);
+        Ok(())
+    }
+
+    /// Seals the newest segment (syncing it) and starts the next one.
+    fn roll(&self, dir: &Path, w: &mut Writer) -> Result<(), StoreError> {
+        if let Some(seg) = w.active.clone() {
+            self.sync(&seg, w)?;
+        }
+        let seg = create_segment(dir, w.next_number)?;
+        w.next_number = w.next_number.wrapping_add(1);
+        w.active = Some(seg.clone());
+        w.len = 0;
+        self.index
+            .write()
+            .segments
+            .push_back(SegInfo { seg, len: 0 });
+        Ok(())
+    }
+
+    /// Rebuilds the index from the segment files in `dir` (see the crate doc, "Durability").
+    fn recover(&self, dir: &Path) -> Result<(), StoreError> {
+        fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+        let mut numbers = Vec::new();
+        for entry in fs::read_dir(dir).map_err(io_err("list directory", dir))? {
+            let entry = entry.map_err(io_err("list directory", dir))?;
+            if let Some(n) = entry.file_name().to_str().and_then(parse_segment_name) {
+                numbers.push(n);
+            }
+        }
+        numbers.sort_unstable();
+
+        let mut w = self.writer.lock();
+        let mut idx = self.index.write();
+        let mut last_seq: Option<u64> = None;
+        for (i, &number) in numbers.iter().enumerate() {
+            let path = dir.join(segment_name(number));
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .map_err(io_err("open segment", &path))?;
+            let seg = Arc::new(Segment { number, path, file });
+            let scan = scan_segment(&seg, &mut last_seq)?;
+            let mut len = scan.file_len;
+            if scan.valid_len < scan.file_len {
+                bump(&self.counters.torn_tails, 1);
+                bump(
+                    &self.counters.discarded_bytes,
+                    scan.file_len - scan.valid_len,
+                );
+                if i + 1 == numbers.len() {
+                    // The newest segment is appended to: cut the torn tail so new records follow
+                    // the last valid one.
+                    seg.file
+                        .set_len(scan.valid_len)
+                        .map_err(io_err("truncate", &seg.path))?;
+                    seg.file.sync_all().map_err(io_err("sync", &seg.path))?;
+                    len = scan.valid_len;
+                }
+            }
+            for (seq, id, off, dlen) in scan.records {
+                idx.push(Slot {
+                    seq,
+                    id,
+                    loc: Loc::Disk {
+                        seg: seg.clone(),
+                        off,
+                        len: dlen,
+                    },
+                });
+            }
+            idx.disk_bytes += len;
+            idx.segments.push_back(SegInfo { seg, len });
+        }
+        w.next_seq = last_seq.map_or(0, |s| s + 1);
+        match idx.segments.back() {
+            Some(last) => {
+                w.active = Some(last.seg.clone());
+                w.len = last.len;
+                w.next_number = last.seg.number.wrapping_add(1);
+            }
+            None => {
+                let seg = create_segment(dir, 0)?;
+                w.active = Some(seg.clone());
+                w.next_number = 1;
+                idx.segments.push_back(SegInfo { seg, len: 0 });
+            }
+        }
+        let doomed = idx.evict_disk(self.cfg.max_bytes, &self.counters);
+        drop(idx);
+        remove_segments(&doomed);
+        Ok(())
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // Best effort: an error here cannot be reported, and the data is safe up to the last
+        // successful sync anyway.
+        let _ = self.flush();
+    }
+}
+
+impl Index {
+    /// Appends a slot (its seq is above every seq in the log) and indexes its id.
+    fn push(&mut self, slot: Slot) {
+        self.map.insert(slot.id, slot.seq);
+        self.log.push_back(slot);
+    }
+
+    /// Position of `seq` in the log. Seqs are dense except across lost regions, so the first
+    /// guess almost always hits.
+    fn position(&self, seq: u64) -> Option<usize> {
+        let front = self.log.front()?.seq;
+        let guess = usize::try_from(seq.checked_sub(front)?).ok()?;
+        if self.log.get(guess).is_some_and(|s| s.seq == seq) {
+            return Some(guess);
+        }
+        self.log.binary_search_by_key(&seq, |s| s.seq).ok()
+    }
+
+    fn slot(&self, seq: u64) -> Option<&Slot> {
+        self.position(seq).map(|p| &self.log[p])
+    }
+
+    /// Removes the oldest log slot, unindexing its id unless a newer copy exists.
+    fn pop_front(&mut self) -> Option<Slot> {
+        let slot = self.log.pop_front()?;
+        if self.map.get(&slot.id) == Some(&slot.seq) {
+            self.map.remove(&slot.id);
+        }
+        Some(slot)
+    }
+
+    /// FIFO eviction of a memory-only store down to `cap` data bytes; returns records evicted.
+    fn evict_memory(&mut self, cap: u64) -> u64 {
+        let mut n = 0;
+        while self.mem_bytes > cap {
+            let Some(slot) = self.pop_front() else { break };
+            if let Loc::Mem(d) = &slot.loc {
+                self.mem_bytes -= d.len() as u64;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// FIFO eviction of whole segments (never the newest) down to `max_bytes`; returns the
+    /// evicted segments, whose files the caller deletes after releasing the index lock.
+    fn evict_disk(&mut self, max_bytes: u64, counters: &Counters) -> Vec<Arc<Segment>> {
+        let mut doomed = Vec::new();
+        while self.disk_bytes > max_bytes && self.segments.len() > 1 {
+            let Some(info) = self.segments.pop_front() else {
+                break;
+            };
+            self.disk_bytes -= info.len;
+            let mut n = 0;
+            while self.log.front().is_some_and(
+                |s| matches!(&s.loc, Loc::Disk { seg, .. } if seg.number == info.seg.number),
+            ) {
+                self.pop_front();
+                n += 1;
+            }
+            bump(&counters.evicted_records, n);
+            bump(&counters.evicted_segments, 1);
+            doomed.push(info.seg);
+        }
+        doomed
+    }
+}
+
+/// Result of scanning one segment file.
+struct Scan {
+    /// `(seq, id, offset, data len)` of every valid record, in file order.
+    records: Vec<(u64, ChunkId, u32, u32)>,
+    /// Length of the valid prefix.
+    valid_len: u64,
+    file_len: u64,
+}
+
+/// Reads `seg` front to back and returns its valid prefix: records that are complete, pass
+/// their CRC and have seqs above `last_seq` (updated).
+fn scan_segment(seg: &Segment, last_seq: &mut Option<u64>) -> Result<Scan, StoreError> {
+    let file_len = seg
+        .file
+        .metadata()
+        .map_err(io_err("stat segment", &seg.path))?
+        .len();
+    let mut reader = BufReader::with_capacity(1 << 20, &seg.file);
+    let mut records = Vec::new();
+    let mut buf = vec![0u8; HEADER_LEN];
+    let mut off = 0u64;
+    // Offsets beyond 32 bits are not accepted (they only arise from a segment grown past the
+    // largest segment size by a foreign writer).
+    while let Ok(off32) = u32::try_from(off) {
+        if file_len - off < HEADER_LEN as u64 {
+            break;
+        }
+        buf.resize(HEADER_LEN, 0);
+        if read_full(&mut reader, &mut buf).map_err(io_err("read segment", &seg.path))? {
+            break;
+        }
+        let data_len = match Record::new_checked(&buf[..]) {
+            Ok(rec) => rec.data_len(),
+            Err(RecordError::Truncated { need, .. }) => need - HEADER_LEN,
+            Err(_) => break,
+        };
+        if (file_len - off - HEADER_LEN as u64) < data_len as u64 {
+            break;
+        }
+        buf.resize(HEADER_LEN + data_len, 0);
+        if read_full(&mut reader, &mut buf[HEADER_LEN..])
+            .map_err(io_err("read segment", &seg.path))?
+        {
+            break;
+        }
+        let Ok(rec) = Record::new_checked(&buf[..]) else {
+            break;
+        };
+        let Ok(repr) = RecordRepr::parse(&rec) else {
+            break;
+        };
+        if last_seq.is_some_and(|l| repr.seq <= l) {
+            break;
+        }
+        *last_seq = Some(repr.seq);
+        records.push((repr.seq, repr.id, off32, repr.len));
+        off += repr.buffer_len() as u64;
+    }
+    Ok(Scan {
+        records,
+        valid_len: off,
+        file_len,
+    })
+}
+
+/// Fills `buf`; returns `true` on a premature end of file.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<bool> {
+    match r.read_exact(buf) {
+        Ok(()) => Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates `dir` if needed and takes the exclusive lock on its `LOCK` file.
+fn lock_dir(dir: &Path) -> Result<Flock<File>, StoreError> {
+    fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+    let path = dir.join("LOCK");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io_err("open lock file", &path))?;
+    Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+        if errno == Errno::EWOULDBLOCK {
+            StoreError::Locked { path: path.clone() }
+        } else {
+            io_err("lock", &path)(errno.into())
+        }
+    })
+}
+
+fn create_segment(dir: &Path, number: u32) -> Result<Arc<Segment>, StoreError> {
+    let path = dir.join(segment_name(number));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .map_err(io_err("create segment", &path))?;
+    // Make the new directory entry durable, or a crash could lose the file with synced data.
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err("sync directory", dir))?;
+    Ok(Arc::new(Segment { number, path, file }))
+}
+
+fn remove_segments(doomed: &[Arc<Segment>]) {
+    // Failure leaves a stale file that the next open scans again as the oldest segment and
+    // evicts again if the store is still full; nothing to report to the caller of `put`.
+    for seg in doomed {
+        let _ = fs::remove_file(&seg.path);
+    }
+}
+
+fn segment_name(number: u32) -> String {
+    format!("seg-{number:010}.hws")
+}
+
+fn parse_segment_name(name: &str) -> Option<u32> {
+    let digits = name.strip_prefix("seg-")?.strip_suffix(".hws")?;
+    if digits.len() != 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+fn validate(cfg: &StoreConfig) -> Result<(), StoreError> {
+    if cfg.dir.is_none() {
+        if cfg.memory_bytes == 0 {
+            return Err(StoreError::InvalidConfig(
+                "a memory-only store needs memory_bytes > 0",
+            ));
+        }
+        return Ok(());
+    }
+    if !(MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&cfg.segment_bytes) {
+        return Err(StoreError::InvalidConfig(
+            "segment_bytes must be between 4 KiB and 1 GiB",
+        ));
+    }
+    if cfg.max_bytes < 2 * cfg.segment_bytes {
+        return Err(StoreError::InvalidConfig(
+            "max_bytes must be at least 2 × segment_bytes",
+        ));
+    }
+    if cfg.sync_bytes == Some(0) {
+        return Err(StoreError::InvalidConfig(
+            "sync_bytes must be > 0 (or unset)",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
