@@ -127,9 +127,9 @@ fn rate_limited(t: &Topology, tuning: Tuning, secs: u64) -> anyhow::Result<()> {
         move || {
             // Skip the first second (queue filling), then measure over the next secs-2 s.
             std::thread::sleep(Duration::from_secs(2));
-            let (t0, b0) = (SystemClock::now(), h.stats().a_to_b.passed_bytes);
+            let (t0, b0) = (SystemClock::now(), h.stats().a_to_b.link.passed_bytes);
             std::thread::sleep(Duration::from_secs(secs.saturating_sub(3).max(1)));
-            let (t1, b1) = (SystemClock::now(), h.stats().a_to_b.passed_bytes);
+            let (t1, b1) = (SystemClock::now(), h.stats().a_to_b.link.passed_bytes);
             (b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64()
         }
     });
@@ -170,7 +170,7 @@ fn report(what: &str, h: &BridgeHandle) {
         } = d;
         println!(
             "  {what} {dir}: passed {} lost {} overflow {} send_err {} kdrop {} trunc {} | timing error us mean {:.1} p50 {:.1} p90 {:.1} p99 {:.1} max {:.1} | queueing ms p50 {:.2} p99 {:.2}",
-            d.passed, d.lost, d.overflow, d.send_errors, d.kernel_drops, d.truncated,
+            d.link.passed, d.link.lost, d.link.overflow, d.send_errors, d.kernel_drops, d.truncated,
             te.mean, te.p50, te.p90, te.p99, te.max, q.p50 / 1e3, q.p99 / 1e3
         );
     }

@@ -385,15 +385,7 @@ fn direction_stats(d: &DirShared) -> DirectionStats {
     };
     let (queueing_us, timing_error_us) = d.hist.lock().summaries();
     DirectionStats {
-        received: s.received,
-        received_bytes: s.received_bytes,
-        passed: s.passed,
-        passed_bytes: s.passed_bytes,
-        lost: s.lost,
-        overflow: s.overflow,
-        oversize: s.oversize,
-        duplicated: s.duplicated,
-        reordered: s.reordered,
+        link: s,
         in_flight,
         send_errors: d.send_errors.load(Ordering::Relaxed),
         truncated: d.truncated.load(Ordering::Relaxed),

@@ -46,13 +46,13 @@ impl Collector for BridgeHandle {
         )?;
         for (dir, s) in dirs {
             for (outcome, v) in [
-                ("received", s.received),
-                ("passed", s.passed),
-                ("lost", s.lost),
-                ("overflow", s.overflow),
-                ("oversize", s.oversize),
-                ("duplicated", s.duplicated),
-                ("reordered", s.reordered),
+                ("received", s.link.received),
+                ("passed", s.link.passed),
+                ("lost", s.link.lost),
+                ("overflow", s.link.overflow),
+                ("oversize", s.link.oversize),
+                ("duplicated", s.link.duplicated),
+                ("reordered", s.link.reordered),
                 ("send_error", s.send_errors),
                 ("truncated", s.truncated),
                 ("kernel_drop", s.kernel_drops),
@@ -75,7 +75,10 @@ impl Collector for BridgeHandle {
             MetricType::Counter,
         )?;
         for (dir, s) in dirs {
-            for (outcome, v) in [("received", s.received_bytes), ("passed", s.passed_bytes)] {
+            for (outcome, v) in [
+                ("received", s.link.received_bytes),
+                ("passed", s.link.passed_bytes),
+            ] {
                 let labels = [
                     ("link", link),
                     ("direction", dir.as_str()),

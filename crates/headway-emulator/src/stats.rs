@@ -27,24 +27,10 @@ pub struct BridgeStats {
 /// Counters and summaries of one direction since the bridge started.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct DirectionStats {
-    /// Frames handed to the link model.
-    pub received: u64,
-    /// Bytes handed to the link model.
-    pub received_bytes: u64,
-    /// Frames released by the model (including duplicates).
-    pub passed: u64,
-    /// Bytes released by the model (including duplicates).
-    pub passed_bytes: u64,
-    /// Frames dropped by the loss model.
-    pub lost: u64,
-    /// Frames dropped because the model's queue was full.
-    pub overflow: u64,
-    /// Frames dropped for exceeding the model's MTU.
-    pub oversize: u64,
-    /// Extra copies made by duplication.
-    pub duplicated: u64,
-    /// Frames held back by reordering.
-    pub reordered: u64,
+    /// The link model's own counters (received, passed, lost, overflow, oversize, duplicated,
+    /// reordered, and bytes), flattened into this struct's JSON.
+    #[serde(flatten)]
+    pub link: headway_link::Stats,
     /// Frames held in the model right now (queued or in flight).
     pub in_flight: u64,
     /// Released frames the kernel refused to send (counted, then dropped).

@@ -161,16 +161,16 @@ fn bridge_passes_traffic_applies_the_model_and_changes_live() {
     );
     let s = h.stats();
     assert!(
-        s.a_to_b.passed >= 4 && s.b_to_a.passed >= 4,
+        s.a_to_b.link.passed >= 4 && s.b_to_a.link.passed >= 4,
         "ARP and ICMP passed: {s:?}"
     );
 
     // 2. TCP at zero delay: 8 MiB arrive intact.
     tcp_transfer(&t, 8 << 20);
     let s = h.stats();
-    assert!(s.a_to_b.passed_bytes > 8 << 20, "{s:?}");
+    assert!(s.a_to_b.link.passed_bytes > 8 << 20, "{s:?}");
     assert_eq!(s.a_to_b.truncated, 0, "offloads are off: no super-frames");
-    assert_eq!(s.a_to_b.lost + s.b_to_a.lost, 0);
+    assert_eq!(s.a_to_b.link.lost + s.b_to_a.link.lost, 0);
 
     // From here on no ARP crosses the bridge, so frame counts are exactly ours.
     t.pin_neighbours().unwrap();
@@ -232,14 +232,14 @@ fn bridge_passes_traffic_applies_the_model_and_changes_live() {
             Duration::from_secs(10),
             || {
                 let s = a_to_b(&h);
-                s.received - before.received == u64::from(n) && s.in_flight == 0
+                s.link.received - before.link.received == u64::from(n) && s.in_flight == 0
             }
         ),
         "the link saw every datagram: {:?}",
         a_to_b(&h)
     );
     let after = a_to_b(&h);
-    let passed = (after.passed - before.passed) as usize;
+    let passed = (after.link.passed - before.link.passed) as usize;
     assert!(
         wait_for(
             "the sink to see every passed datagram",
@@ -249,7 +249,7 @@ fn bridge_passes_traffic_applies_the_model_and_changes_live() {
         "sink saw {} of {passed} passed datagrams",
         seen_count(&seen, 4)
     );
-    let lost = after.lost - before.lost;
+    let lost = after.link.lost - before.link.lost;
     let missed = u64::from(n) - seen_count(&seen, 4) as u64;
     assert_eq!(
         missed, lost,
@@ -282,12 +282,13 @@ fn bridge_passes_traffic_applies_the_model_and_changes_live() {
     assert!(wait_for("50 losses", Duration::from_secs(10), || a_to_b(
         &h
     )
+    .link
     .lost
-        - before.lost
+        - before.link.lost
         == 50));
     assert_eq!(
-        a_to_b(&h).passed,
-        before.passed,
+        a_to_b(&h).link.passed,
+        before.link.passed,
         "nothing passed at 100 % loss"
     );
     h.set_params(Direction::AtoB, Params::default());
@@ -309,7 +310,7 @@ fn bridge_passes_traffic_applies_the_model_and_changes_live() {
     h.register(&mut registry);
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-    let lost_total = a_to_b(&h).lost;
+    let lost_total = a_to_b(&h).link.lost;
     let line = format!("headway_link_frames_total{{link=\"it\",direction=\"a_to_b\",outcome=\"lost\"}} {lost_total}");
     assert!(text.contains(&line), "missing {line:?} in\n{text}");
     assert!(text.contains(
@@ -323,7 +324,7 @@ fn bridge_passes_traffic_applies_the_model_and_changes_live() {
     let started = SystemClock::now();
     let fin = bridge.stop();
     eprintln!("stop took {:?}", SystemClock::now() - started);
-    assert_eq!(fin.a_to_b.lost, lost_total);
+    assert_eq!(fin.a_to_b.link.lost, lost_total);
     let json = serde_json::to_value(&fin).unwrap();
     assert_eq!(json["a_to_b"]["lost"], lost_total);
     eprintln!("final stats: {json}");

@@ -112,7 +112,7 @@ pub struct Release<T> {
 }
 
 /// Counters of one link direction since it was created.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Stats {
     /// Frames handed in.
     pub received: u64,
