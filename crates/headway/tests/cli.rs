@@ -285,6 +285,83 @@ fn lab_with_the_real_emulator_applies_presets_and_live_changes() {
 }
 
 #[test]
+fn branch_and_dual_wan_route_through_real_emulators() {
+    require_root!();
+    let lab = LabEnv::new("br");
+    lab.ok(&["lab", "up", "--topology", "branch", "--spec", "delay=10ms"]);
+    // client → branch appliance → emulated WAN → DC appliance → server: two routers, 20 ms RTT
+    let out = lab.ok(&[
+        "lab",
+        "exec",
+        "client",
+        "--",
+        "ping",
+        "-c",
+        "2",
+        "-W",
+        "3",
+        "198.18.2.2",
+    ]);
+    assert!(out.contains("ttl=62"), "{out}");
+    let rtt = |out: &str| -> f64 {
+        let line = out.lines().find(|l| l.contains("min/avg/max")).expect(out);
+        line.split('=')
+            .nth(1)
+            .unwrap()
+            .trim()
+            .split('/')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(rtt(&out) >= 20.0, "{out}");
+    lab.ok(&["lab", "down"]);
+
+    lab.ok(&["lab", "up", "--topology", "dual-wan"]);
+    let status = lab.ok(&["lab", "status"]);
+    assert!(
+        status.contains("wan1") && status.contains("wan2"),
+        "{status}"
+    );
+    // The default route crosses wan1: delaying wan2 must not change the RTT, delaying wan1 must.
+    lab.ok(&["lab", "set", "--link", "wan2", "delay=100ms"]);
+    let out = lab.ok(&[
+        "lab",
+        "exec",
+        "client",
+        "--",
+        "ping",
+        "-c",
+        "2",
+        "-W",
+        "3",
+        "198.18.2.2",
+    ]);
+    assert!(rtt(&out) < 100.0, "{out}");
+    lab.ok(&["lab", "set", "--link", "wan1", "delay=30ms"]);
+    let out = lab.ok(&[
+        "lab",
+        "exec",
+        "client",
+        "--",
+        "ping",
+        "-c",
+        "2",
+        "-W",
+        "3",
+        "198.18.2.2",
+    ]);
+    assert!(rtt(&out) >= 60.0, "{out}");
+    lab.ok(&["lab", "down"]);
+    assert!(
+        lab.namespaces().is_empty(),
+        "left behind: {:?}",
+        lab.namespaces()
+    );
+}
+
+#[test]
 fn a_killed_lab_is_cleaned_by_the_next_up() {
     require_root!();
     let lab = LabEnv::new("kill");
