@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use headway_core::units::parse_duration;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 
-use crate::fetch::FetchReport;
+use crate::fetch::{fetch_in_lab, FetchReport};
 use crate::report::{bar_chart_svg, Bar};
 use crate::{presets, Dir, Lab, LabOptions, TopologyKind, WanMode};
 
@@ -101,17 +101,25 @@ pub fn run(args: DemoArgs) -> Result<()> {
     );
 
     let path = format!("/files/{}", args.file);
-    let lan = download(
+    let lan = fetch_in_lab(
         &lab,
         &exe,
         &listen,
         &path,
         "LAN (transparent link)",
         args.timeout,
-    )?;
+    )?
+    .context("the LAN download timed out")?;
     check(&lan, &expected, doc.size())?;
     lab.set_link("wan", Dir::Both, &preset.params())?;
-    let wan = download(&lab, &exe, &listen, &path, preset.name, args.timeout)?;
+    let wan = fetch_in_lab(&lab, &exe, &listen, &path, preset.name, args.timeout)?.with_context(
+        || {
+            format!(
+                "the download over {} took longer than {:?}",
+                preset.name, args.timeout
+            )
+        },
+    )?;
     check(&wan, &expected, doc.size())?;
     lab.down()?;
 
@@ -213,46 +221,6 @@ pub fn run(args: DemoArgs) -> Result<()> {
         args.out.display()
     );
     Ok(())
-}
-
-/// Runs the fetch tool in the client namespace with a progress bar.
-fn download(
-    lab: &Lab,
-    exe: &str,
-    to: &str,
-    path: &str,
-    label: &str,
-    timeout: Duration,
-) -> Result<FetchReport> {
-    let mut child = lab.spawn(
-        "client",
-        &[exe, "lab", "tool", "fetch", "--to", to, "--path", path],
-    )?;
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "  {msg:<28} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {elapsed}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> "),
-    );
-    bar.set_message(label.to_string());
-    let line = child.wait_line(timeout, |l| {
-        if let Some(rest) = l.strip_prefix("progress ") {
-            let mut it = rest
-                .split_whitespace()
-                .filter_map(|x| x.parse::<u64>().ok());
-            if let (Some(done), Some(total)) = (it.next(), it.next()) {
-                bar.set_length(total);
-                bar.set_position(done);
-            }
-        }
-        l.starts_with("result ")
-    })?;
-    bar.finish();
-    let report: FetchReport = serde_json::from_str(line.trim_start_matches("result "))
-        .with_context(|| format!("unreadable fetch result {line:?}"))?;
-    Ok(report)
 }
 
 fn check(r: &FetchReport, expected_sha: &str, size: u64) -> Result<()> {

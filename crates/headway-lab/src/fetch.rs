@@ -167,6 +167,57 @@ pub fn download(
     })
 }
 
+/// Runs this tool in the lab's client host against `to` (`ADDR:PORT`) and `path`, with a
+/// progress bar labelled `label` (hidden when stdout is not a terminal). `Ok(None)` when the
+/// download did not finish within `timeout` (the tool is then stopped).
+pub fn fetch_in_lab(
+    lab: &crate::Lab,
+    exe: &str,
+    to: &str,
+    path: &str,
+    label: &str,
+    timeout: Duration,
+) -> Result<Option<FetchReport>> {
+    let mut child = lab.spawn(
+        "client",
+        &[exe, "lab", "tool", "fetch", "--to", to, "--path", path],
+    )?;
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "  {msg:<28} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {elapsed}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar.set_message(label.to_string());
+    let started = SystemClock::now();
+    let line = child.wait_line(timeout, |l| {
+        if let Some(rest) = l.strip_prefix("progress ") {
+            let mut it = rest
+                .split_whitespace()
+                .filter_map(|x| x.parse::<u64>().ok());
+            if let (Some(done), Some(total)) = (it.next(), it.next()) {
+                bar.set_length(total);
+                bar.set_position(done);
+            }
+        }
+        l.starts_with("result ")
+    });
+    let line = match line {
+        Ok(line) => line,
+        Err(_) if SystemClock::now() - started >= timeout => {
+            bar.abandon_with_message(format!("{label}: over {timeout:?}"));
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    bar.finish();
+    let report: FetchReport = serde_json::from_str(line.trim_start_matches("result "))
+        .with_context(|| format!("unreadable fetch result {line:?}"))?;
+    Ok(Some(report))
+}
+
 fn hex(d: &[u8]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }

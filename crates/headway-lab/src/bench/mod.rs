@@ -8,8 +8,10 @@
 //! | command | what it measures |
 //! |---|---|
 //! | `bench emulator` | TCP throughput through the emulator vs a direct veth link; release-timing error at 100 Mbit/s / 50 ms |
+//! | `bench wanopt file-download` | seed 000's file-download matrix: plain-TCP baseline measured here beside the seed's numbers |
 
 pub mod emulator;
+pub mod wanopt;
 
 use anyhow::Result;
 
@@ -18,12 +20,16 @@ use anyhow::Result;
 pub enum BenchCommand {
     /// Emulator throughput (vs a direct veth link) and release-timing accuracy.
     Emulator(emulator::EmulatorArgs),
+    /// WAN-optimizer scenarios from the seeds (today: the baselines of seed 000's file download).
+    #[command(subcommand)]
+    Wanopt(wanopt::WanoptCommand),
 }
 
 /// Runs a benchmark.
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Emulator(a) => emulator::run(a),
+        BenchCommand::Wanopt(c) => wanopt::run(c),
     }
 }
 
