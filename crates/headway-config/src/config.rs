@@ -118,6 +118,8 @@ pub struct LinkConfig {
     pub a_to_b: Params,
     /// Parameters of the b→a direction (validated).
     pub b_to_a: Params,
+    /// Real-time (SCHED_FIFO) priority of the link's release threads, 1–99; `None`: normal.
+    pub realtime: Option<u8>,
 }
 
 /// Why a config file was rejected. The message says where (file, line, column) and what to
@@ -351,6 +353,18 @@ fn link(l: &LinkSection, origin: &Origin) -> Result<LinkConfig, ConfigError> {
         seed: l.seed,
         a_to_b: apply("a_to_b", &l.a_to_b, &base)?,
         b_to_a: apply("b_to_a", &l.b_to_a, &base)?,
+        realtime: match &l.realtime {
+            Some(p) if !(1..=99).contains(p.get_ref()) => {
+                return Err(invalid(
+                    origin.locate(Some(p.span())),
+                    format!(
+                        "realtime priority {} is out of range: use 1 to 99, or leave it out",
+                        p.get_ref()
+                    ),
+                ))
+            }
+            p => p.as_ref().map(|p| *p.get_ref()),
+        },
     })
 }
 

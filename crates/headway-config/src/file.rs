@@ -111,6 +111,10 @@ pub struct LinkSection {
     pub a_to_b: Option<Spanned<LinkSpecInput>>,
     /// Spec for the b→a direction, applied over `both`. Default: none.
     pub b_to_a: Option<Spanned<LinkSpecInput>>,
+    /// Run this link's frame-release threads at this real-time (SCHED_FIFO) priority, 1–99, so
+    /// frames leave on time even when the machine is busy (needs root or CAP_SYS_NICE).
+    /// Default: normal priority.
+    pub realtime: Option<Spanned<u8>>,
 }
 
 /// The source of a parsed file: its name for messages and its text for line/column.

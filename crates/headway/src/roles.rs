@@ -82,13 +82,10 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
         seed: args.seed,
         a_to_b: dir("--a-to-b", &args.a_to_b)?,
         b_to_a: dir("--b-to-a", &args.b_to_a)?,
+        realtime: args.realtime,
     };
     let admin = AdminConfig::new(args.admin, args.token).map_err(|e| usage(e.into()))?;
-    let tuning = Tuning {
-        realtime: args.realtime,
-        ..Tuning::default()
-    };
-    serve(admin, vec![link], tuning)
+    serve(admin, vec![link])
 }
 
 /// `headway check -c FILE`.
@@ -117,11 +114,11 @@ pub fn check(path: &Path) -> Result<(), Failure> {
 /// `headway run -c FILE`.
 pub fn run(path: &Path) -> Result<(), Failure> {
     let cfg = Config::from_file(path).map_err(|e| Failure::Usage(e.into()))?;
-    serve(cfg.admin, cfg.links, Tuning::default())
+    serve(cfg.admin, cfg.links)
 }
 
 /// Starts every link and the admin API, prints `ready`, and runs until SIGINT/SIGTERM.
-fn serve(admin: AdminConfig, links: Vec<LinkConfig>, tuning: Tuning) -> Result<(), Failure> {
+fn serve(admin: AdminConfig, links: Vec<LinkConfig>) -> Result<(), Failure> {
     let mut bridges = Vec::with_capacity(links.len());
     for l in links {
         let seed = l.seed.unwrap_or_else(headway_core::Rng::seed_from_entropy);
@@ -135,7 +132,10 @@ fn serve(admin: AdminConfig, links: Vec<LinkConfig>, tuning: Tuning) -> Result<(
                 b_to_a: l.b_to_a,
                 seed,
             },
-            tuning,
+            Tuning {
+                realtime: l.realtime,
+                ..Tuning::default()
+            },
         )
         .map_err(|e| Failure::Usage(anyhow::Error::new(e).context(format!("link {}", l.name))))?;
         bridges.push(bridge);

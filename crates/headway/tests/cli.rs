@@ -398,7 +398,7 @@ fn run_with_a_config_file_serves_links_and_the_admin_api() {
     let cfg = dir.path().join("headway.toml");
     std::fs::write(
         &cfg,
-        "[admin]\nlisten = \"127.0.0.1:9390\"\n\n[[link]]\nname = \"lab\"\na = \"ra\"\nb = \"rb\"\nseed = 1\nboth = \"rate=10mbit delay=20ms\"\n[link.b_to_a]\nloss = \"2%\"\n",
+        "[admin]\nlisten = \"127.0.0.1:9390\"\n\n[[link]]\nname = \"lab\"\na = \"ra\"\nb = \"rb\"\nseed = 1\nrealtime = 10\nboth = \"rate=10mbit delay=20ms\"\n[link.b_to_a]\nloss = \"2%\"\n",
     )
     .unwrap();
     let mut child = Command::new("ip")

@@ -396,3 +396,23 @@ fn an_endless_token_file_is_refused_not_read_forever() {
     assert!(err.contains("larger than 4096 bytes"), "{err}");
     assert!(err.starts_with("t.toml:3:"), "{err}");
 }
+
+#[test]
+fn realtime_priority_is_read_and_range_checked() {
+    let ok = "[[link]]\nname = \"w\"\na = \"a0\"\nb = \"b0\"\nrealtime = 50\n";
+    assert_eq!(
+        Config::parse(ok, "t.toml").unwrap().links[0].realtime,
+        Some(50)
+    );
+    let none = "[[link]]\nname = \"w\"\na = \"a0\"\nb = \"b0\"\n";
+    assert_eq!(
+        Config::parse(none, "t.toml").unwrap().links[0].realtime,
+        None
+    );
+    let bad = "[[link]]\nname = \"w\"\na = \"a0\"\nb = \"b0\"\nrealtime = 0\n";
+    let err = Config::parse(bad, "t.toml").unwrap_err().to_string();
+    assert!(
+        err.starts_with("t.toml:5:12:") && err.contains("use 1 to 99"),
+        "{err}"
+    );
+}
