@@ -202,26 +202,20 @@ impl LabEnv {
             .map(str::to_string)
             .collect()
     }
-    /// Mean RTT in ms of `count` pings from client to server through the WAN.
-    fn ping_ms(&self, count: u32) -> f64 {
+    /// Mean RTT in ms of `count` pings from the client host to `to`.
+    fn ping_to_ms(&self, to: &str, count: u32) -> f64 {
+        let count = count.to_string();
         let out = self.ok(&[
-            "lab",
-            "exec",
-            "client",
-            "--",
-            "ping",
-            "-q",
-            "-c",
-            &count.to_string(),
-            "-i",
-            "0.2",
-            "-W",
-            "3",
-            "198.18.0.2",
+            "lab", "exec", "client", "--", "ping", "-q", "-c", &count, "-i", "0.2", "-W", "3", to,
         ]);
         let line = out.lines().find(|l| l.contains("min/avg/max")).expect(&out);
         let stats = line.split('=').nth(1).unwrap().trim();
         stats.split('/').nth(1).unwrap().parse().unwrap()
+    }
+
+    /// Mean RTT in ms of `count` pings from client to server through the WAN (pair topology).
+    fn ping_ms(&self, count: u32) -> f64 {
+        self.ping_to_ms("198.18.0.2", count)
     }
 }
 
@@ -290,32 +284,12 @@ fn branch_and_dual_wan_route_through_real_emulators() {
     let lab = LabEnv::new("br");
     lab.ok(&["lab", "up", "--topology", "branch", "--spec", "delay=10ms"]);
     // client → branch appliance → emulated WAN → DC appliance → server: two routers, 20 ms RTT
+    let server = "198.18.2.2";
     let out = lab.ok(&[
-        "lab",
-        "exec",
-        "client",
-        "--",
-        "ping",
-        "-c",
-        "2",
-        "-W",
-        "3",
-        "198.18.2.2",
+        "lab", "exec", "client", "--", "ping", "-c", "1", "-W", "3", server,
     ]);
     assert!(out.contains("ttl=62"), "{out}");
-    let rtt = |out: &str| -> f64 {
-        let line = out.lines().find(|l| l.contains("min/avg/max")).expect(out);
-        line.split('=')
-            .nth(1)
-            .unwrap()
-            .trim()
-            .split('/')
-            .nth(1)
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
-    assert!(rtt(&out) >= 20.0, "{out}");
+    assert!(lab.ping_to_ms(server, 2) >= 20.0);
     lab.ok(&["lab", "down"]);
 
     lab.ok(&["lab", "up", "--topology", "dual-wan"]);
@@ -326,33 +300,9 @@ fn branch_and_dual_wan_route_through_real_emulators() {
     );
     // The default route crosses wan1: delaying wan2 must not change the RTT, delaying wan1 must.
     lab.ok(&["lab", "set", "--link", "wan2", "delay=100ms"]);
-    let out = lab.ok(&[
-        "lab",
-        "exec",
-        "client",
-        "--",
-        "ping",
-        "-c",
-        "2",
-        "-W",
-        "3",
-        "198.18.2.2",
-    ]);
-    assert!(rtt(&out) < 100.0, "{out}");
+    assert!(lab.ping_to_ms(server, 2) < 100.0);
     lab.ok(&["lab", "set", "--link", "wan1", "delay=30ms"]);
-    let out = lab.ok(&[
-        "lab",
-        "exec",
-        "client",
-        "--",
-        "ping",
-        "-c",
-        "2",
-        "-W",
-        "3",
-        "198.18.2.2",
-    ]);
-    assert!(rtt(&out) >= 60.0, "{out}");
+    assert!(lab.ping_to_ms(server, 2) >= 60.0);
     lab.ok(&["lab", "down"]);
     assert!(
         lab.namespaces().is_empty(),

@@ -52,19 +52,7 @@ pub fn run(args: EmulatorArgs) -> Result<()> {
         .context("the pair topology has no direct link")?
         .to_string();
     let wan_addr = lab.server_addr().to_string();
-    let mut server = lab.spawn(
-        "server",
-        &[
-            "iperf3",
-            "-s",
-            "--forceflush",
-            "-p",
-            &IPERF_PORT.to_string(),
-        ],
-    )?;
-    server.wait_line(std::time::Duration::from_secs(10), |l| {
-        l.contains("listening")
-    })?;
+    let server = iperf_server(&lab)?;
     let (mut direct, mut through) = (Vec::new(), Vec::new());
     for i in 0..args.repeats.max(1) {
         for (addr, out) in [(&direct_addr, &mut direct), (&wan_addr, &mut through)] {
@@ -87,19 +75,7 @@ pub fn run(args: EmulatorArgs) -> Result<()> {
         ..Params::default()
     };
     let lab = Lab::up(options(LinkSetting::symmetric(shaping.clone())))?;
-    let mut server = lab.spawn(
-        "server",
-        &[
-            "iperf3",
-            "-s",
-            "--forceflush",
-            "-p",
-            &IPERF_PORT.to_string(),
-        ],
-    )?;
-    server.wait_line(std::time::Duration::from_secs(10), |l| {
-        l.contains("listening")
-    })?;
+    let server = iperf_server(&lab)?;
     let shaped = iperf(&lab, &wan_addr, &secs)?;
     let stats = link_stats(&lab)?;
     drop(server);
@@ -188,6 +164,16 @@ fn options(link: LinkSetting) -> LabOptions {
     o.prefix = "hw-bench-".into();
     o.state_dir = PathBuf::from(crate::lab::DEFAULT_STATE_DIR).join("bench");
     o
+}
+
+/// Starts an iperf3 server on the lab's server host and waits until it listens.
+fn iperf_server(lab: &Lab) -> Result<crate::Background> {
+    let port = IPERF_PORT.to_string();
+    let mut server = lab.spawn("server", &["iperf3", "-s", "--forceflush", "-p", &port])?;
+    server.wait_line(std::time::Duration::from_secs(10), |l| {
+        l.contains("listening")
+    })?;
+    Ok(server)
 }
 
 /// One iperf3 TCP run from the client; received bits per second.
