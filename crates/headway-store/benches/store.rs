@@ -6,8 +6,10 @@
 
 use std::hint::black_box;
 
+use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use headway_store::{ChunkId, Store, StoreConfig};
+use headway_dedup::{ChunkStore, PeerId};
+use headway_store::{ChunkId, DiskStore, Store, StoreConfig};
 
 const CHUNK: usize = 1024;
 const N: u64 = 4096;
@@ -111,5 +113,50 @@ fn bench_get(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_put, bench_get);
+/// The codec's view: `record` of new chunks (append with successor link and peer), `record` of
+/// held chunks (a second pass: probe only), and `follow` over successor links from the files.
+fn bench_record(c: &mut Criterion) {
+    let mut g = c.benchmark_group("record_1k");
+    g.throughput(Throughput::Bytes(N * CHUNK as u64));
+    let data: Vec<Bytes> = (0..N).map(|n| Bytes::from(chunk(n))).collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = StoreConfig {
+        sync_bytes: None,
+        ..disk_cfg(&tmp.path().join("new"), 0)
+    };
+    let store = DiskStore::open(cfg).unwrap();
+    let mut base = 0u64;
+    g.bench_function("new_disk_no_sync", |b| {
+        b.iter(|| {
+            let mut prev = None;
+            for (n, d) in data.iter().enumerate() {
+                let i = id(base + n as u64);
+                black_box(store.record(PeerId(1), prev.as_ref(), &i, d));
+                prev = Some(i);
+            }
+            base += N;
+        })
+    });
+    let held = DiskStore::open(disk_cfg(&tmp.path().join("held"), 0)).unwrap();
+    let pass = |s: &DiskStore| {
+        let mut prev = None;
+        for (n, d) in data.iter().enumerate() {
+            let i = id(n as u64);
+            black_box(s.record(PeerId(1), prev.as_ref(), &i, d));
+            prev = Some(i);
+        }
+    };
+    pass(&held);
+    g.bench_function("held", |b| b.iter(|| pass(&held)));
+    g.bench_function("follow_64_disk_pread", |b| {
+        b.iter(|| {
+            for n in (0..N - 64).step_by(64) {
+                black_box(held.follow(&id(n), 64, usize::MAX));
+            }
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_put, bench_get, bench_record);
 criterion_main!(benches);

@@ -5,8 +5,15 @@
 //!
 //! - **A log of chunks in arrival order.** Every [`Store::put`] appends one record and gets the
 //!   next [`Seq`]. The same chunk may be appended again: the log is a history, and
-//!   [`Store::run`] answers "the `count` chunks that followed this one", which is what run
-//!   references in the dedup codec rely on.
+//!   [`Store::run`] answers "the `count` chunks that followed this one" in log order.
+//! - **The dedup codec's model** ([`headway_dedup::ChunkStore`], implemented by [`DiskStore`]):
+//!   per chunk id a *successor link* (the chunk that followed it in the flow that first linked
+//!   it; replaced when its target is evicted) and the small set of *peers* it crossed the link
+//!   with. Each record written through [`DiskStore`] carries the chunk's predecessor in its flow
+//!   and the peer (record version 2, see [`record`]); [`Store::open`] replays the log in seq order
+//!   to rebuild links and peer sets, so dedup keeps working across a restart of both
+//!   appliances. Runs of the codec follow successor links, not log order: concurrent flows
+//!   interleaving their records do not break them.
 //! - **An exclusive lock** on `LOCK` in the directory (`flock`), held while the store is open, so
 //!   two stores (two processes, or a second `open` in one process) never append to the same
 //!   files.
@@ -16,7 +23,7 @@
 //!   total size passes [`StoreConfig::max_bytes`] the oldest segment is deleted (FIFO eviction)
 //!   and its index entries are removed (only those that still point into it: a later copy of the
 //!   same chunk survives).
-//! - **A RAM index** `ChunkId → latest Seq` plus the log of `(Seq, ChunkId, location)` in seq
+//! - **A RAM index** `ChunkId → (latest Seq, successor, peers)` plus the log of `(Seq, ChunkId, location)` in seq
 //!   order, rebuilt at [`Store::open`] by scanning every segment and checking every CRC.
 //! - **A memory tier**: a byte-weighted FIFO cache of recent chunks ([`StoreConfig::memory_bytes`])
 //!   in front of the disk, filled on `put` and on disk reads. With `dir: None` the store is
@@ -29,7 +36,7 @@
 //!
 //! # Entry points and call order
 //!
-//! [`Store::open`] once; then any of [`Store::put`], [`Store::get`], [`Store::contains`],
+//! [`Store::open`] (or [`DiskStore::open`]) once; then any of [`Store::put`], [`Store::get`], [`Store::contains`],
 //! [`Store::run`], [`Store::follow`], [`Store::stats`], [`Store::flush`], [`Store::purge`] from
 //! any number of threads (`Store` is `Send + Sync`; share it in an `Arc`). Dropping the store makes a best-effort [`Store::flush`].
 //! Call `flush` periodically (e.g. once a second from the shell's timer) to bound what a crash
@@ -70,32 +77,24 @@
 //!
 //! # Memory cost
 //!
-//! About 100 bytes of RAM per record in the index (id, seq and location in the log, id and seq
-//! in the hash map), so a disk of 1 KiB chunks costs roughly 10 % of its size in RAM.
+//! About 160 bytes of RAM per record in the index (id, seq and location in the log; id, seq,
+//! successor id and an inline set of four peer ids in the hash map), so a disk of 1 KiB chunks
+//! costs roughly 15 % of its size in RAM.
 #![forbid(unsafe_code)]
 
-use std::fmt;
 use std::path::PathBuf;
 
 mod cache;
+mod disk_store;
 pub mod record;
 mod store;
 
+pub use disk_store::DiskStore;
 pub use store::Store;
 
-/// The id of a chunk: its keyed BLAKE3 fingerprint, computed by the dedup codec.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ChunkId(pub [u8; 32]);
-
-impl fmt::Debug for ChunkId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ChunkId(")?;
-        for b in &self.0[..8] {
-            write!(f, "{b:02x}")?;
-        }
-        write!(f, "…)")
-    }
-}
+/// The id of a chunk: its keyed BLAKE3 fingerprint, computed by the dedup codec (the codec's
+/// own type, re-exported so both crates name chunks the same way).
+pub use headway_dedup::ChunkId;
 
 /// The position of a record in the store's log (arrival order, strictly increasing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use hashbrown::HashMap;
+use headway_dedup::{PeerId, Probe};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use parking_lot::{Mutex, RwLock};
@@ -92,10 +93,51 @@ struct SegInfo {
     len: u64,
 }
 
+/// What the index knows about one chunk id.
+#[derive(Debug, Clone, Copy)]
+struct IdEntry {
+    /// Latest seq of the id in the log.
+    seq: u64,
+    /// Successor link: the chunk that followed this one in the flow that first linked it
+    /// (see [`headway_dedup::ChunkStore`]).
+    next: Option<ChunkId>,
+    /// Peers the chunk crossed the link with.
+    peers: PeerSet,
+}
+
+/// A small inline set of peer ids (at most [`PeerSet::CAP`]; further peers are not
+/// remembered, so the codec sends them literals instead of references: correct, less saving).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PeerSet {
+    ids: [u32; PeerSet::CAP],
+    len: u8,
+}
+
+impl PeerSet {
+    /// Most peers remembered per chunk.
+    pub(crate) const CAP: usize = 4;
+
+    fn contains(&self, p: PeerId) -> bool {
+        self.ids[..self.len as usize].contains(&p.0)
+    }
+
+    /// Adds `p`; returns whether it was already present.
+    fn insert(&mut self, p: PeerId) -> bool {
+        if self.contains(p) {
+            return true;
+        }
+        if (self.len as usize) < Self::CAP {
+            self.ids[self.len as usize] = p.0;
+            self.len += 1;
+        }
+        false
+    }
+}
+
 #[derive(Debug, Default)]
 struct Index {
-    /// Latest seq of every indexed id.
-    map: HashMap<ChunkId, u64>,
+    /// Every indexed id: latest seq, successor link and peers.
+    map: HashMap<ChunkId, IdEntry>,
     /// Every indexed record, seqs strictly increasing.
     log: VecDeque<Slot>,
     /// Segment files, oldest first; the last one is the newest (appended to).
@@ -183,29 +225,121 @@ impl Store {
     /// failed (nothing was stored), or if the size-based sync failed (the chunk *was* stored and
     /// is readable, but may not survive a crash).
     pub fn put(&self, id: ChunkId, data: &[u8]) -> Result<Seq, StoreError> {
+        let mut w = self.writer.lock();
+        self.append(&mut w, id, data, None, None)
+    }
+
+    /// Records `id` for the dedup codec (see [`headway_dedup::ChunkStore::record`]): under the
+    /// writer lock, so the probe, the successor link and the append are one atomic step. Appends
+    /// a record (carrying `prev` and `peer`) only if `id` is not indexed; marking a further peer
+    /// or re-linking `prev` to an existing chunk changes RAM only (lost on restart, which the
+    /// codec tolerates: the peer gets a literal, the run is cut).
+    pub(crate) fn record_linked(
+        &self,
+        peer: PeerId,
+        prev: Option<&ChunkId>,
+        id: &ChunkId,
+        data: &[u8],
+    ) -> Result<Probe, StoreError> {
+        let mut w = self.writer.lock();
+        let mut probe = Probe::default();
+        {
+            let mut idx = self.index.write();
+            let idx = &mut *idx;
+            if let Some(prev) = prev {
+                if let Some(next) = idx.map.get(prev).map(|e| e.next) {
+                    let stale = next.is_none_or(|n| !idx.map.contains_key(&n));
+                    probe.follows = next == Some(*id) && idx.map.contains_key(id);
+                    if stale {
+                        if let Some(e) = idx.map.get_mut(prev) {
+                            e.next = Some(*id);
+                        }
+                    }
+                }
+            }
+            if let Some(e) = idx.map.get_mut(id) {
+                probe.held = e.peers.insert(peer);
+                return Ok(probe);
+            }
+        }
+        self.append(&mut w, *id, data, prev.copied(), Some(peer))?;
+        Ok(probe)
+    }
+
+    /// `first` and the chunks reached by successor links (see
+    /// [`headway_dedup::ChunkStore::follow`]), each verified; stops before a missing or corrupt
+    /// chunk.
+    pub(crate) fn follow_links(
+        &self,
+        first: &ChunkId,
+        max_chunks: u32,
+        max_bytes: usize,
+    ) -> Vec<(ChunkId, Bytes)> {
+        let slots = {
+            let idx = self.index.read();
+            let mut slots = Vec::new();
+            let mut bytes = 0usize;
+            let mut cur = Some(*first);
+            while let Some(id) = cur {
+                if slots.len() >= max_chunks as usize || bytes >= max_bytes {
+                    break;
+                }
+                let Some(e) = idx.map.get(&id) else { break };
+                let Some(slot) = idx.slot(e.seq) else { break };
+                bytes = bytes.saturating_add(slot.loc.len());
+                slots.push((slot.seq, id, slot.loc.clone()));
+                cur = e.next;
+            }
+            slots
+        };
+        let mut out = Vec::with_capacity(slots.len());
+        for (seq, id, loc) in slots {
+            match self.load(&id, seq, loc) {
+                Some(data) => out.push((id, data)),
+                None => break,
+            }
+        }
+        out
+    }
+
+    /// Appends one record under the writer lock and publishes it in the index (with its
+    /// successor link and peer), evicting as needed.
+    fn append(
+        &self,
+        w: &mut Writer,
+        id: ChunkId,
+        data: &[u8],
+        prev: Option<ChunkId>,
+        peer: Option<PeerId>,
+    ) -> Result<Seq, StoreError> {
         if data.len() > MAX_CHUNK_LEN {
             return Err(StoreError::ChunkTooLarge {
                 len: data.len(),
                 max: MAX_CHUNK_LEN,
             });
         }
-        let mut w = self.writer.lock();
         let seq = w.next_seq;
         let repr = RecordRepr {
             seq,
             id,
             len: data.len() as u32,
+            prev,
+            peer: peer.map(|p| p.0),
         };
         let Some(dir) = self.cfg.dir.as_deref() else {
             let data = Bytes::copy_from_slice(data);
             w.next_seq += 1;
             let mut idx = self.index.write();
             idx.mem_bytes += data.len() as u64;
-            idx.push(Slot {
-                seq,
-                id,
-                loc: Loc::Mem(data),
-            });
+            idx.push(
+                Slot {
+                    seq,
+                    id,
+                    loc: Loc::Mem(data),
+                },
+                prev,
+                peer,
+            );
             let evicted = idx.evict_memory(self.cfg.memory_bytes);
             bump(&self.counters.evicted_records, evicted);
             return Ok(Seq(seq));
@@ -213,7 +347,7 @@ impl Store {
 
         let rec_len = repr.buffer_len() as u64;
         if w.len > 0 && w.len + rec_len > self.cfg.segment_bytes {
-            self.roll(dir, &mut w)?;
+            self.roll(dir, w)?;
         }
         let Some(seg) = w.active.clone() else {
             // `recover` always leaves an active segment and `roll` only replaces it.
@@ -242,15 +376,19 @@ impl Store {
                 last.len = w.len;
             }
             idx.disk_bytes += rec_len;
-            idx.push(Slot {
-                seq,
-                id,
-                loc: Loc::Disk {
-                    seg: seg.clone(),
-                    off: off as u32,
-                    len: repr.len,
+            idx.push(
+                Slot {
+                    seq,
+                    id,
+                    loc: Loc::Disk {
+                        seg: seg.clone(),
+                        off: off as u32,
+                        len: repr.len,
+                    },
                 },
-            });
+                prev,
+                peer,
+            );
             idx.evict_disk(self.cfg.max_bytes, &self.counters)
         };
         // Still under the writer lock, so no new segment can reuse a number being deleted.
@@ -258,10 +396,9 @@ impl Store {
         // The record is published before the size-based sync: if the sync fails the caller gets
         // the error, but the store stays consistent with its file (the chunk is there).
         let synced = match self.cfg.sync_bytes {
-            Some(n) if w.unsynced >= n => self.sync(&seg, &mut w),
+            Some(n) if w.unsynced >= n => self.sync(&seg, w),
             _ => Ok(()),
         };
-        drop(w);
         self.cache.lock().insert(id, Bytes::copy_from_slice(data));
         synced.map(|()| Seq(seq))
     }
@@ -274,7 +411,7 @@ impl Store {
             let idx = self.index.read();
             idx.map
                 .get(id)
-                .and_then(|&seq| idx.slot(seq))
+                .and_then(|e| idx.slot(e.seq))
                 .map(|s| (s.seq, s.loc.clone()))
         };
         let data = found.and_then(|(seq, loc)| self.load(id, seq, loc));
@@ -402,7 +539,7 @@ impl Store {
         max_bytes: usize,
     ) -> Vec<(u64, ChunkId, Loc)> {
         let idx = self.index.read();
-        let Some(pos) = idx.map.get(first).and_then(|&seq| idx.position(seq)) else {
+        let Some(pos) = idx.map.get(first).and_then(|e| idx.position(e.seq)) else {
             return Vec::new();
         };
         let mut out = Vec::new();
@@ -514,16 +651,20 @@ impl Store {
                     len = scan.valid_len;
                 }
             }
-            for (seq, id, off, dlen) in scan.records {
-                idx.push(Slot {
-                    seq,
-                    id,
-                    loc: Loc::Disk {
-                        seg: seg.clone(),
-                        off,
-                        len: dlen,
+            for r in scan.records {
+                idx.push(
+                    Slot {
+                        seq: r.seq,
+                        id: r.id,
+                        loc: Loc::Disk {
+                            seg: seg.clone(),
+                            off: r.off,
+                            len: r.len,
+                        },
                     },
-                });
+                    r.prev,
+                    r.peer,
+                );
             }
             idx.disk_bytes += len;
             idx.segments.push_back(SegInfo { seg, len });
@@ -558,9 +699,32 @@ impl Drop for Store {
 }
 
 impl Index {
-    /// Appends a slot (its seq is above every seq in the log) and indexes its id.
-    fn push(&mut self, slot: Slot) {
-        self.map.insert(slot.id, slot.seq);
+    /// Appends a slot (its seq is above every seq in the log) and indexes its id: a new id gets
+    /// no successor and `peer`; a known id keeps its successor and peers (plus `peer`). Then
+    /// `prev`, if indexed, is linked to the id unless it already has a successor still indexed
+    /// (the same rule [`Store::record_linked`] applies, so replaying the log at open rebuilds
+    /// the links it made when the records were appended).
+    fn push(&mut self, slot: Slot, prev: Option<ChunkId>, peer: Option<PeerId>) {
+        let e = self.map.entry(slot.id).or_insert(IdEntry {
+            seq: slot.seq,
+            next: None,
+            peers: PeerSet::default(),
+        });
+        e.seq = slot.seq;
+        if let Some(p) = peer {
+            e.peers.insert(p);
+        }
+        if let Some(prev) = prev {
+            let stale = self
+                .map
+                .get(&prev)
+                .is_some_and(|e| e.next.is_none_or(|n| !self.map.contains_key(&n)));
+            if stale {
+                if let Some(e) = self.map.get_mut(&prev) {
+                    e.next = Some(slot.id);
+                }
+            }
+        }
         self.log.push_back(slot);
     }
 
@@ -582,7 +746,7 @@ impl Index {
     /// Removes the oldest log slot, unindexing its id unless a newer copy exists.
     fn pop_front(&mut self) -> Option<Slot> {
         let slot = self.log.pop_front()?;
-        if self.map.get(&slot.id) == Some(&slot.seq) {
+        if self.map.get(&slot.id).is_some_and(|e| e.seq == slot.seq) {
             self.map.remove(&slot.id);
         }
         Some(slot)
@@ -627,11 +791,23 @@ impl Index {
 
 /// Result of scanning one segment file.
 struct Scan {
-    /// `(seq, id, offset, data len)` of every valid record, in file order.
-    records: Vec<(u64, ChunkId, u32, u32)>,
+    /// Every valid record, in file order.
+    records: Vec<Scanned>,
     /// Length of the valid prefix.
     valid_len: u64,
     file_len: u64,
+}
+
+/// One valid record found by [`scan_segment`].
+struct Scanned {
+    seq: u64,
+    id: ChunkId,
+    /// Offset of the record in the file.
+    off: u32,
+    /// Data length.
+    len: u32,
+    prev: Option<ChunkId>,
+    peer: Option<PeerId>,
 }
 
 /// Reads `seg` front to back and returns its valid prefix: records that are complete, pass
@@ -680,7 +856,14 @@ fn scan_segment(seg: &Segment, last_seq: &mut Option<u64>) -> Result<Scan, Store
             break;
         }
         *last_seq = Some(repr.seq);
-        records.push((repr.seq, repr.id, off32, repr.len));
+        records.push(Scanned {
+            seq: repr.seq,
+            id: repr.id,
+            off: off32,
+            len: repr.len,
+            prev: repr.prev,
+            peer: repr.peer.map(PeerId),
+        });
         off += repr.buffer_len() as u64;
     }
     Ok(Scan {

@@ -226,7 +226,7 @@ proptest! {
                     let n = (f * 100 + k) as u64;
                     let d = data(n, *len);
                     // Seqs may repeat or go backwards across files: the scanner must cope.
-                    let repr = RecordRepr { seq: seq_base * f as u64 + k as u64, id: id(n), len: d.len() as u32 };
+                    let repr = RecordRepr { seq: seq_base * f as u64 + k as u64, id: id(n), len: d.len() as u32, prev: None, peer: None };
                     let mut rec = vec![0; repr.buffer_len()];
                     repr.emit(&mut rec, &d);
                     bytes.extend_from_slice(&rec);
