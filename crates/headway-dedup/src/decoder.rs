@@ -8,7 +8,18 @@
 //! ```text
 //! new ─▶ handle_wire* ─▶ … until is_finished()
 //!          └─ after each call: drain poll_output (to the client) and poll_need (to the encoder)
+//!             and poll_peer_need (to the local encoder of the reverse direction)
 //! ```
+//!
+//! # The back channel
+//!
+//! A shell may carry the [`Need`]s of one direction in-band on the reverse direction of the
+//! same flow, interleaved (as whole tokens) with that direction's encoder output after its
+//! `Hello`. The decoder of the reverse direction accepts such `Need` tokens at any point after
+//! `Hello` (also after `End`) and hands them out, in order, through
+//! [`Decoder::poll_peer_need`]; the shell passes them to its local encoder's `handle_need`.
+//! They are queued until polled: drain after each `handle_wire` call, so the queue never holds
+//! more than one call's input worth.
 //!
 //! # Invariants
 //!
@@ -149,6 +160,8 @@ pub struct Decoder {
     held_bytes: usize,
     output: VecDeque<Bytes>,
     needs: VecDeque<Need>,
+    /// Needs the peer sent in-band for the reverse direction's encoder.
+    peer_needs: VecDeque<Need>,
     prev: Option<ChunkId>,
     stats: DecoderStats,
 }
@@ -184,6 +197,7 @@ impl Decoder {
             held_bytes: 0,
             output: VecDeque::new(),
             needs: VecDeque::new(),
+            peer_needs: VecDeque::new(),
             prev: None,
             stats: DecoderStats::default(),
         }
@@ -228,6 +242,12 @@ impl Decoder {
     /// The next [`Need`] to send back to the encoder.
     pub fn poll_need(&mut self) -> Option<Need> {
         self.needs.pop_front()
+    }
+
+    /// The next [`Need`] the peer sent in-band on this stream (see "The back channel" in the
+    /// module doc), for the local encoder of the reverse direction.
+    pub fn poll_peer_need(&mut self) -> Option<Need> {
+        self.peer_needs.pop_front()
     }
 
     /// The encoder finished and every byte was released (poll_output may still hold some).
@@ -275,12 +295,18 @@ impl Decoder {
                 _ => Err(DecodeError::Hello),
             };
         };
+        if let Token::Need(need) = token {
+            // The back channel of the reverse direction, carried in-band (module doc).
+            self.peer_needs.push_back(need);
+            return Ok(());
+        }
         if self.ended && !matches!(token, Token::Reply { .. }) {
             return Err(DecodeError::Unexpected("post-end"));
         }
         match token {
             Token::Hello { .. } => return Err(DecodeError::Hello),
-            Token::Need(_) => return Err(DecodeError::Unexpected("need")),
+            // Handled above, before the post-end check.
+            Token::Need(_) => return Ok(()),
             Token::End => self.ended = true,
             Token::Data {
                 compressed,

@@ -595,3 +595,130 @@ fn self_similar_data_needs_no_round_trips() {
     assert_eq!(second.needs, 0);
     assert!(second.wire < 1000, "{} wire bytes", second.wire);
 }
+
+#[test]
+fn in_band_needs_are_surfaced_for_the_reverse_encoder() {
+    // The reverse direction's stream: Hello, a Need, data, End, another Need after End.
+    let store: Arc<dyn ChunkStore> = Arc::new(MemoryStore::new(1 << 20));
+    let mut enc = Encoder::new(
+        EncoderConfig {
+            mode: Mode::Compress,
+            peer: B,
+            ..Default::default()
+        },
+        store.clone(),
+        key(),
+    );
+    let mut wire = bytes::BytesMut::new();
+    while let Some(b) = enc.poll_transmit() {
+        wire.extend_from_slice(&b);
+    }
+    Token::Need(Need { seq: 3 }).emit(&mut wire);
+    enc.handle_data(b"hello").unwrap();
+    enc.finish();
+    while let Some(b) = enc.poll_transmit() {
+        wire.extend_from_slice(&b);
+    }
+    Token::Need(Need { seq: u64::MAX }).emit(&mut wire);
+    let mut dec = Decoder::new(
+        DecoderConfig {
+            peer: A,
+            ..Default::default()
+        },
+        store,
+        key(),
+    );
+    // Byte by byte: needs split across calls still come out whole and in order.
+    for b in wire.iter() {
+        dec.handle_wire(std::slice::from_ref(b)).unwrap();
+    }
+    assert_eq!(dec.poll_peer_need(), Some(Need { seq: 3 }));
+    assert_eq!(dec.poll_peer_need(), Some(Need { seq: u64::MAX }));
+    assert_eq!(dec.poll_peer_need(), None);
+    assert_eq!(dec.poll_need(), None);
+    assert!(dec.is_finished());
+    let mut out = Vec::new();
+    while let Some(b) = dec.poll_output() {
+        out.extend_from_slice(&b);
+    }
+    assert_eq!(out, b"hello");
+}
+
+#[test]
+fn a_need_before_hello_is_rejected() {
+    let store: Arc<dyn ChunkStore> = Arc::new(MemoryStore::new(1 << 20));
+    let mut dec = Decoder::new(DecoderConfig::default(), store, key());
+    let mut wire = bytes::BytesMut::new();
+    Token::Need(Need { seq: 0 }).emit(&mut wire);
+    assert!(matches!(dec.handle_wire(&wire), Err(DecodeError::Hello)));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Needs interleaved (as whole tokens, after `Hello`) with an encoder's stream neither
+    /// change the decoded bytes nor get lost or reordered, however the stream is sliced.
+    #[test]
+    fn interleaved_needs_are_surfaced_in_order(
+        mode in mode(),
+        len in 0usize..300_000,
+        seed in any::<u64>(),
+        needs in proptest::collection::vec((any::<prop::sample::Index>(), any::<u64>()), 0..8),
+        slice in 1usize..70_000,
+    ) {
+        let data = doc(len, seed);
+        let store: Arc<dyn ChunkStore> = Arc::new(MemoryStore::new(8 << 20));
+        let mut enc = Encoder::new(
+            EncoderConfig { mode, peer: B, ..Default::default() },
+            store.clone(),
+            key(),
+        );
+        // The encoder's tokens, each kept whole, so needs can go between them.
+        let mut pieces: Vec<Vec<u8>> = Vec::new();
+        let take = |enc: &mut Encoder, pieces: &mut Vec<Vec<u8>>| {
+            while let Some(b) = enc.poll_transmit() {
+                pieces.push(b.to_vec());
+            }
+        };
+        take(&mut enc, &mut pieces); // Hello
+        for part in data.chunks(50_000) {
+            enc.handle_data(part).unwrap();
+            enc.flush();
+            take(&mut enc, &mut pieces);
+        }
+        enc.finish();
+        take(&mut enc, &mut pieces);
+        // Place each need after piece 1..=len (never before Hello).
+        let mut after: Vec<(usize, u64)> =
+            needs.iter().map(|(i, seq)| (1 + i.index(pieces.len()), *seq)).collect();
+        after.sort_by_key(|(at, _)| *at);
+        let mut wire = Vec::new();
+        let mut expected = Vec::new();
+        let mut next = after.iter().peekable();
+        for (k, p) in pieces.iter().enumerate() {
+            wire.extend_from_slice(p);
+            while let Some((_, seq)) = next.next_if(|(at, _)| *at == k + 1) {
+                let mut w = bytes::BytesMut::new();
+                Token::Need(Need { seq: *seq }).emit(&mut w);
+                wire.extend_from_slice(&w);
+                expected.push(Need { seq: *seq });
+            }
+        }
+        let other: Arc<dyn ChunkStore> = Arc::new(MemoryStore::new(8 << 20));
+        let mut dec = Decoder::new(DecoderConfig { peer: A, ..Default::default() }, other, key());
+        let (mut out, mut got) = (Vec::new(), Vec::new());
+        for s in wire.chunks(slice) {
+            dec.handle_wire(s).unwrap();
+            while let Some(n) = dec.poll_peer_need() {
+                got.push(n);
+            }
+            prop_assert!(dec.poll_need().is_none());
+            while let Some(b) = dec.poll_output() {
+                out.extend_from_slice(&b);
+            }
+        }
+        prop_assert!(dec.is_finished());
+        prop_assert!(out == data);
+        prop_assert_eq!(got, expected);
+    }
+}

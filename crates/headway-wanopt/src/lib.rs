@@ -1,0 +1,433 @@
+//! Headway's WAN-optimizer appliance shell: intercepted TCP flows carried through the dedup
+//! codec over the QUIC tunnel to a peer appliance, with fail-open and per-peer stats.
+//!
+//! # What this crate owns and what it does not
+//!
+//! It owns the async glue: the LAN listeners of the explicit services, the accept loop for
+//! flows from peers, the per-flow pump ([`pump`]) that joins a TCP socket to a tunnel stream
+//! through a `headway_dedup::Encoder` / `Decoder` pair, fail-open to a direct connection, and
+//! the counters ([`stats`]). It makes no protocol decisions: chunking, references and
+//! verification are `headway-dedup`'s, QUIC, authentication and the flow header are
+//! `headway-tunnel`'s. Not here yet: the TOML schema (`headway-config`), transparent
+//! interception (TPROXY), the disk store (the `dedup-disk` class uses the memory store for now).
+//!
+//! # Entry points and call order
+//!
+//! 1. [`Appliance::start`] (inside a tokio runtime) with an [`ApplianceConfig`]: binds the
+//!    tunnel endpoint and every service's listener, spawns the accept loops.
+//! 2. [`Appliance::stats`] at any time for an [`ApplianceStats`] snapshot.
+//! 3. [`Appliance::shutdown`] (or drop) stops the listeners and closes the tunnel; flows in
+//!    progress are cut.
+//!
+//! # A flow
+//!
+//! ```text
+//!  client ─TCP─▶ A: service.listen ─ connect(peer) ─ open_flow(dest = target, class) ─┐
+//!                   Encoder ─▶ stream ─▶ Decoder                                      │ QUIC
+//!                   Decoder ◀─ stream ◀─ Encoder                                      │
+//!                B: accept_flow ─ TCP connect(header.destination) ◀───────────────────┘
+//! ```
+//!
+//! The far side needs no per-service config: the flow header carries the destination and the
+//! class. If A cannot reach the peer or the handshake is refused, A connects the client
+//! straight to `target` and copies bytes both ways (fail-open), counting the reason
+//! (`ConnectError::reason`, e.g. `"timeout"`, `"unauthenticated"`, `"refused"`; `"flow"` when
+//! the connection is up but the stream cannot be opened). After a failed attempt the peer is
+//! held down for [`ApplianceConfig::retry_after`]: its new flows fail open at once with the
+//! same reason. Every flow is its own task: one failing flow never disturbs the others.
+//!
+//! # Invariants
+//!
+//! - One `MemoryStore` per appliance, shared by all flows and peers (entries are per peer).
+//! - No unbounded buffers on the data path (see [`pump`]).
+
+#![forbid(unsafe_code)]
+
+pub mod pump;
+pub mod stats;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use headway_dedup::{ChunkStore, DedupKey, MemoryStore, Mode};
+use headway_tunnel::{
+    BindError, ConnectError, Connection, Endpoint, EndpointStats, FlowHeader, Identity,
+    InboundFlow, Options, PeerConfig, PeerId, ServiceClass, ServiceId,
+};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{debug, debug_span, warn, Instrument};
+
+pub use pump::PumpError;
+pub use stats::{ApplianceStats, GroupStats, Stats};
+
+use crate::pump::FlowCodec;
+use crate::stats::Counters;
+
+/// One explicit service: clients connect to `listen`, the peer connects on to `target`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceConfig {
+    /// The service's id (carried in the flow header).
+    pub id: ServiceId,
+    /// LAN-side address this appliance accepts client TCP connections on (port 0: any).
+    pub listen: SocketAddr,
+    /// Name of the peer (a [`PeerConfig::name`]) in front of the target.
+    pub peer: String,
+    /// Where the far appliance connects (and where fail-open connects directly).
+    pub target: SocketAddr,
+    /// What the optimizer does with the flows.
+    pub class: ServiceClass,
+}
+
+/// Everything an appliance needs to start.
+#[derive(Debug, Clone)]
+pub struct ApplianceConfig {
+    /// This appliance's certificate and key.
+    pub identity: Identity,
+    /// UDP address of the tunnel endpoint (port 0: any).
+    pub tunnel_listen: SocketAddr,
+    /// The peer appliances, with their pinned fingerprints.
+    pub peers: Vec<PeerConfig>,
+    /// Tunnel tuning (handshake timeout, flow limits…).
+    pub tunnel_options: Options,
+    /// The deployment's dedup key (the same on every appliance of a deployment).
+    pub dedup_key: DedupKey,
+    /// Capacity of the in-memory chunk store, in bytes.
+    pub memory_store_bytes: u64,
+    /// After a failed connection attempt to a peer, its flows fail open at once, without a
+    /// new attempt, for this long (a down peer would otherwise cost every new flow a full
+    /// handshake timeout, one after the other). Suggested: 10 s.
+    pub retry_after: Duration,
+    /// The explicit services.
+    pub services: Vec<ServiceConfig>,
+}
+
+/// Why [`Appliance::start`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The tunnel endpoint could not be bound.
+    #[error("tunnel endpoint: {0}")]
+    Tunnel(#[from] BindError),
+    /// A service's listener could not be bound.
+    #[error("service {id:?}: binding {addr} failed: {source}")]
+    Listen {
+        /// The service.
+        id: ServiceId,
+        /// Its listen address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A service names a peer that is not configured.
+    #[error("service {id:?}: unknown peer {peer:?}")]
+    UnknownPeer {
+        /// The service.
+        id: ServiceId,
+        /// The peer name it gives.
+        peer: String,
+    },
+}
+
+/// A running appliance. Dropping it stops its listeners and closes the tunnel endpoint;
+/// flows in progress then end with a reset (their tasks hold the shared state until then).
+#[derive(Debug)]
+pub struct Appliance {
+    shared: Arc<Shared>,
+    services: HashMap<ServiceId, SocketAddr>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// What every task of an appliance shares.
+#[derive(Debug)]
+struct Shared {
+    endpoint: Endpoint,
+    store: Arc<MemoryStore>,
+    key: DedupKey,
+    stats: Stats,
+    retry_after: Duration,
+    /// Per peer (by index): the end of the current hold-down after a failed attempt, and
+    /// its reason. The lock also serializes attempts, so waiting flows see a fresh failure.
+    holds: Vec<Mutex<Option<(Instant, &'static str)>>>,
+}
+
+impl Appliance {
+    /// Binds the tunnel endpoint and the service listeners and starts serving. Must be called
+    /// inside a tokio runtime. Cancel-safe: nothing is spawned before the last await, so a
+    /// dropped call leaves no task or socket behind.
+    pub async fn start(cfg: ApplianceConfig) -> Result<Self, StartError> {
+        let mut resolved = Vec::new();
+        for s in &cfg.services {
+            let Some(peer) = cfg.peers.iter().position(|p| p.name == s.peer) else {
+                return Err(StartError::UnknownPeer {
+                    id: s.id,
+                    peer: s.peer.clone(),
+                });
+            };
+            let listener =
+                TcpListener::bind(s.listen)
+                    .await
+                    .map_err(|source| StartError::Listen {
+                        id: s.id,
+                        addr: s.listen,
+                        source,
+                    })?;
+            resolved.push((s.clone(), PeerId(peer), listener));
+        }
+        let endpoint = Endpoint::bind_with(
+            cfg.tunnel_listen,
+            &cfg.identity,
+            cfg.peers.clone(),
+            cfg.tunnel_options.clone(),
+        )?;
+        let shared = Arc::new(Shared {
+            endpoint,
+            store: Arc::new(MemoryStore::new(cfg.memory_store_bytes)),
+            key: cfg.dedup_key,
+            stats: Stats::default(),
+            retry_after: cfg.retry_after,
+            holds: cfg.peers.iter().map(|_| Mutex::new(None)).collect(),
+        });
+        let mut services = HashMap::new();
+        let mut tasks = Vec::new();
+        for (s, peer, listener) in resolved {
+            if let Ok(addr) = listener.local_addr() {
+                services.insert(s.id, addr);
+            }
+            let span = debug_span!("service", id = s.id.0, peer = %s.peer);
+            tasks.push(tokio::spawn(
+                serve_service(shared.clone(), s, peer, listener).instrument(span),
+            ));
+        }
+        tasks.push(tokio::spawn(accept_flows(shared.clone())));
+        Ok(Self {
+            shared,
+            services,
+            tasks,
+        })
+    }
+
+    /// The address a service's listener is bound to (resolves port 0).
+    pub fn service_addr(&self, id: ServiceId) -> Option<SocketAddr> {
+        self.services.get(&id).copied()
+    }
+
+    /// The tunnel endpoint's UDP address (resolves port 0).
+    pub fn tunnel_addr(&self) -> std::io::Result<SocketAddr> {
+        self.shared.endpoint.local_addr()
+    }
+
+    /// The tunnel endpoint's counters (connections, refusals…).
+    pub fn tunnel_stats(&self) -> EndpointStats {
+        self.shared.endpoint.stats()
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> ApplianceStats {
+        self.shared.stats.snapshot()
+    }
+
+    /// Stops the listeners and closes the tunnel (flows in progress are cut).
+    pub fn shutdown(&mut self) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        self.shared.endpoint.close();
+    }
+}
+
+impl Drop for Appliance {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// The codec mode a service class asks for. The disk class uses the memory store for now.
+fn mode(class: ServiceClass) -> Mode {
+    match class {
+        ServiceClass::PassThrough => Mode::Passthrough,
+        ServiceClass::Compress => Mode::Compress,
+        _ => Mode::Dedup,
+    }
+}
+
+impl Shared {
+    fn codec(&self, class: ServiceClass, peer: PeerId) -> FlowCodec {
+        FlowCodec {
+            mode: mode(class),
+            peer: headway_dedup::PeerId(u32::try_from(peer.0).unwrap_or(u32::MAX)),
+            store: self.store.clone() as Arc<dyn ChunkStore>,
+            key: self.key.clone(),
+        }
+    }
+
+    /// The connection to `peer`, unless it failed less than `retry_after` ago: then the
+    /// reason of that failure, without a new attempt.
+    async fn connect(&self, peer: PeerId) -> Result<Connection, &'static str> {
+        let Some(hold) = self.holds.get(peer.0) else {
+            return Err("unknown_peer");
+        };
+        let mut hold = hold.lock().await;
+        if let Some((until, reason)) = *hold {
+            if Instant::now() < until {
+                return Err(reason);
+            }
+        }
+        match self.endpoint.connect(peer).await {
+            Ok(c) => {
+                *hold = None;
+                Ok(c)
+            }
+            Err(e) => {
+                let reason = ConnectError::reason(&e);
+                debug!(error = %e, reason, "peer unavailable");
+                *hold = Some((Instant::now() + self.retry_after, reason));
+                Err(reason)
+            }
+        }
+    }
+
+    fn peer_name(&self, peer: PeerId) -> &str {
+        self.endpoint
+            .peers()
+            .get(peer.0)
+            .map_or("?", |p| p.name.as_str())
+    }
+}
+
+/// Accepts clients of one service; one task per flow.
+async fn serve_service(
+    shared: Arc<Shared>,
+    service: ServiceConfig,
+    peer: PeerId,
+    listener: TcpListener,
+) {
+    let counters = shared.stats.group(&service.peer, service.class);
+    let service = Arc::new(service);
+    loop {
+        let (tcp, client) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                // Per-connection errors (e.g. ECONNABORTED, EMFILE) must not end the service;
+                // the pause keeps a persistent one (EMFILE) from spinning.
+                warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let span = debug_span!("flow", %client);
+        tokio::spawn(
+            outbound_flow(shared.clone(), service.clone(), peer, tcp, counters.clone())
+                .instrument(span),
+        );
+    }
+}
+
+/// One intercepted client connection: through the tunnel, or direct if the peer fails.
+async fn outbound_flow(
+    shared: Arc<Shared>,
+    service: Arc<ServiceConfig>,
+    peer: PeerId,
+    tcp: TcpStream,
+    counters: Arc<Counters>,
+) {
+    let conn = match shared.connect(peer).await {
+        Ok(c) => c,
+        Err(reason) => {
+            debug!(reason, "failing open");
+            return fail_open(tcp, service.target, reason, &counters).await;
+        }
+    };
+    let header = FlowHeader {
+        service: service.id,
+        class: service.class,
+        destination: Some(service.target),
+    };
+    let (send, recv) = match conn.open_flow(&header).await {
+        Ok(s) => s,
+        Err(e) => {
+            debug!(error = %e, "opening the flow failed, failing open");
+            return fail_open(tcp, service.target, "flow", &counters).await;
+        }
+    };
+    Counters::add(&counters.flows_optimized, 1);
+    let codec = shared.codec(service.class, peer);
+    if let Err(e) = pump::pump(tcp, send, recv, codec, &counters).await {
+        Counters::add(&counters.flows_failed, 1);
+        debug!(error = %e, "flow reset");
+    }
+}
+
+/// Connects the client straight to `target` and copies bytes both ways.
+async fn fail_open(client: TcpStream, target: SocketAddr, reason: &'static str, c: &Counters) {
+    c.passed_through(reason);
+    let mut client = client;
+    let mut server = match TcpStream::connect(target).await {
+        Ok(s) => s,
+        Err(e) => {
+            debug!(error = %e, "direct connection failed too");
+            pump::abort(&client);
+            return;
+        }
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    match tokio::io::copy_bidirectional(&mut client, &mut server).await {
+        Ok((up, down)) => {
+            Counters::add(&c.lan_in, up);
+            Counters::add(&c.lan_out, down);
+        }
+        Err(e) => {
+            debug!(error = %e, "direct flow failed");
+            pump::abort(&client);
+            pump::abort(&server);
+        }
+    }
+}
+
+/// Accepts flows opened by peers; one task per flow.
+async fn accept_flows(shared: Arc<Shared>) {
+    while let Some(flow) = shared.endpoint.accept_flow().await {
+        let span = debug_span!("inbound", peer = flow.peer.0, dest = ?flow.header.destination);
+        tokio::spawn(inbound_flow(shared.clone(), flow).instrument(span));
+    }
+}
+
+/// One flow from a peer: connect to its destination and run the mirror-image pump.
+async fn inbound_flow(shared: Arc<Shared>, flow: InboundFlow) {
+    let InboundFlow {
+        peer,
+        header,
+        mut send,
+        mut recv,
+        ..
+    } = flow;
+    let counters = shared.stats.group(shared.peer_name(peer), header.class);
+    let refuse = |send: &mut headway_tunnel::SendStream, recv: &mut headway_tunnel::RecvStream| {
+        let _ = send.reset(headway_tunnel::code::RESET);
+        let _ = recv.stop(headway_tunnel::code::RESET);
+    };
+    let Some(dest) = header.destination else {
+        warn!("flow without a destination refused");
+        return refuse(&mut send, &mut recv);
+    };
+    let tcp = match TcpStream::connect(dest).await {
+        Ok(t) => t,
+        Err(e) => {
+            // The client sees a reset, as if it had connected directly.
+            debug!(error = %e, "destination unreachable");
+            Counters::add(&counters.flows_failed, 1);
+            return refuse(&mut send, &mut recv);
+        }
+    };
+    Counters::add(&counters.flows_optimized, 1);
+    let codec = shared.codec(header.class, peer);
+    if let Err(e) = pump::pump(tcp, send, recv, codec, &counters).await {
+        Counters::add(&counters.flows_failed, 1);
+        debug!(error = %e, "flow reset");
+    }
+}

@@ -1,0 +1,297 @@
+//! The flow pump: one TCP connection joined to one tunnel stream through an encoder (LAN →
+//! WAN) and a decoder (WAN → LAN).
+//!
+//! Owns the per-flow data path and its in-band protocol on the QUIC stream pair. It makes no
+//! codec decisions (the `headway-dedup` [`Encoder`] / [`Decoder`] do) and no tunnel decisions
+//! (`headway-tunnel` does). Both appliances run the same pump, mirror images of each other.
+//!
+//! # What one direction of the stream carries
+//!
+//! After the tunnel's flow header (opener only, consumed by `headway-tunnel`), each direction
+//! carries whole `headway-dedup` tokens: the local encoder's output (starting with its
+//! `Hello`), interleaved with `Need` tokens for the *other* direction (the back channel of the
+//! peer's encoder, see `headway_dedup::decoder`'s "back channel"). The peer's decoder hands
+//! those out through `Decoder::poll_peer_need`.
+//!
+//! A `Need` with `seq == u64::MAX` ([`DONE`]) is this shell's marker "my decoder has finished:
+//! I will send no more needs". It is needed because the end of data (`End`) and the end of the
+//! back channel are independent: an encoder must keep serving needs after its `End` until the
+//! peer's decoder is done, so the stream's FIN cannot mean "no more data". (No real data token
+//! can have that sequence number: it would take 2^64 tokens.)
+//!
+//! # Order of events in one direction (here: upstream, LAN → WAN)
+//!
+//! ```text
+//!  Hello ─ (data tokens | Need | replies)* ─ End ─ (Need | replies)* ─ DONE ─ … ─ FIN
+//!                                                                    (any order of End/DONE)
+//! ```
+//!
+//! The sending side FINs when three things hold: the LAN side reached EOF (encoder finished,
+//! `End` sent), our decoder has finished (our `DONE` sent), and the peer's `DONE` arrived (no
+//! need left to serve). None of these waits for the peer's FIN, so the two sides cannot wait
+//! for each other. Half-close: the LAN EOF becomes `End`; the decoder's end becomes
+//! `shutdown(Write)` on the TCP socket, while the other direction keeps flowing.
+//!
+//! # Errors and resets
+//!
+//! Any error (TCP read/write, stream reset or stop, a decode error, an unservable need, a
+//! stream that ends before `End`) ends the flow: the stream is reset and stopped with
+//! `code::RESET` and the TCP socket is closed with `SO_LINGER` 0, i.e. an RST (RFC 9293
+//! §3.10.7.1 aborts). A peer's reset thus becomes a TCP RST and a TCP RST a stream reset.
+//! Because the decoder only emits verified bytes, a reset flow never delivered a wrong byte.
+//!
+//! # Backpressure and memory
+//!
+//! The pump reads at most 64 KiB from the TCP socket at a time and does not read again until
+//! the encoder's output was written to the stream (awaiting QUIC flow control); likewise it
+//! reads the stream only after the decoder's output was written to the TCP socket. The
+//! channel from the downstream to the upstream half carries only needs and markers (a few
+//! bytes each, at most one per data token the peer sent), never data.
+//!
+//! The encoder is flushed whenever the TCP socket has had nothing to read for 1 ms, so
+//! interactive traffic never waits for a frame to fill (see `FLUSH_DELAY`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use headway_dedup::{
+    ChunkStore, DecodeError, Decoder, DecoderConfig, DedupKey, EncodeError, Encoder, EncoderConfig,
+    Mode, Need, PeerId, Token,
+};
+use headway_tunnel::{code, ReadError, RecvStream, SendStream, WriteError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{ReadHalf, WriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use crate::stats::Counters;
+
+/// The back-channel marker "this side's decoder has finished" (see the module doc).
+pub const DONE: Need = Need { seq: u64::MAX };
+
+/// How long the LAN side must be silent before the encoder is flushed. A flush closes the
+/// open literal frame and run, so flushing at every momentary gap between reads (a few per
+/// 64 KiB on a busy host) costs one run token each on a repeated transfer; 1 ms (tokio's
+/// timer granularity) merges those while adding at most 1 ms to an interactive exchange.
+const FLUSH_DELAY: Duration = Duration::from_millis(1);
+
+/// Bytes read from a socket or stream at a time.
+const READ_BUF: usize = 64 * 1024;
+
+/// Why a tunnelled flow ended in a reset.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PumpError {
+    /// Reading the local TCP socket failed (e.g. the client reset it).
+    #[error("lan read failed: {0}")]
+    LanRead(std::io::Error),
+    /// Writing the local TCP socket failed.
+    #[error("lan write failed: {0}")]
+    LanWrite(std::io::Error),
+    /// Writing the tunnel stream failed (e.g. the peer stopped or reset it).
+    #[error("tunnel write failed: {0}")]
+    WanWrite(WriteError),
+    /// Reading the tunnel stream failed (e.g. the peer reset it).
+    #[error("tunnel read failed: {0}")]
+    WanRead(ReadError),
+    /// The peer's tokens did not decode (no wrong byte was emitted).
+    #[error("decoding failed: {0}")]
+    Decode(DecodeError),
+    /// The local encoder failed (e.g. a need it can no longer serve).
+    #[error("encoding failed: {0}")]
+    Encode(EncodeError),
+    /// The tunnel stream ended before the peer's `End` and `DONE`.
+    #[error("the tunnel stream ended early")]
+    Truncated,
+}
+
+/// The codec settings of one flow.
+#[derive(Clone)]
+pub(crate) struct FlowCodec {
+    /// What the local encoder does (the peer's encoder may differ; the decoder follows it).
+    pub mode: Mode,
+    /// The peer, as the dedup store knows it.
+    pub peer: PeerId,
+    /// The appliance's chunk store.
+    pub store: Arc<dyn ChunkStore>,
+    /// The deployment's fingerprint key.
+    pub key: DedupKey,
+}
+
+/// Messages from the downstream half to the upstream half (which owns the send stream).
+enum Ctrl {
+    /// Our decoder needs a data token: send a `Need` to the peer.
+    OurNeed(Need),
+    /// The peer sent a `Need` for our encoder (or its `DONE`).
+    PeerNeed(Need),
+    /// Our decoder has finished: send `DONE`.
+    LocalDone,
+}
+
+/// Runs one flow to its end. Not cancel-safe in the sense that a dropped future leaves the
+/// stream without FIN (the peer sees it truncated or reset, never as complete).
+pub(crate) async fn pump(
+    mut tcp: TcpStream,
+    mut send: SendStream,
+    mut recv: RecvStream,
+    codec: FlowCodec,
+    counters: &Counters,
+) -> Result<(), PumpError> {
+    let enc = Encoder::new(
+        EncoderConfig {
+            mode: codec.mode,
+            peer: codec.peer,
+            ..Default::default()
+        },
+        codec.store.clone(),
+        codec.key.clone(),
+    );
+    let dec = Decoder::new(
+        DecoderConfig {
+            peer: codec.peer,
+            ..Default::default()
+        },
+        codec.store,
+        codec.key,
+    );
+    let _ = tcp.set_nodelay(true);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let r = {
+        let (mut rd, mut wr) = tcp.split();
+        tokio::try_join!(
+            upstream(&mut rd, &mut send, enc, rx, counters),
+            downstream(&mut wr, &mut recv, dec, tx, counters),
+        )
+    };
+    if r.is_err() {
+        let _ = send.reset(code::RESET);
+        let _ = recv.stop(code::RESET);
+        abort(&tcp);
+    }
+    r.map(|_| ())
+}
+
+/// Makes the socket's close an RST (SO_LINGER 0).
+pub(crate) fn abort(tcp: &TcpStream) {
+    #[allow(deprecated)]
+    let _ = tcp.set_linger(Some(Duration::ZERO));
+}
+
+/// LAN → WAN: TCP bytes through the encoder to the stream, plus the back channel.
+async fn upstream(
+    rd: &mut ReadHalf<'_>,
+    send: &mut SendStream,
+    mut enc: Encoder,
+    mut ctrl: mpsc::UnboundedReceiver<Ctrl>,
+    c: &Counters,
+) -> Result<(), PumpError> {
+    let mut buf = vec![0u8; READ_BUF];
+    let mut lan_eof = false;
+    let mut local_done = false;
+    let mut peer_done = false;
+    let mut unflushed = false;
+    loop {
+        while let Some(b) = enc.poll_transmit() {
+            send.write_all(&b).await.map_err(PumpError::WanWrite)?;
+            Counters::add(&c.wan_out, b.len() as u64);
+        }
+        if lan_eof && local_done && peer_done {
+            // RFC 9000 §3.1: FIN after everything was written; the peer still reads it all.
+            let _ = send.finish();
+            return Ok(());
+        }
+        // Biased, in this order: needs and markers first (a few bytes each; a peer decoder
+        // waits on them, and a client that never pauses must not starve them), then reads
+        // while the socket has data; when it has had none for FLUSH_DELAY (and data is held
+        // back) the flush branch wins, so a pause in the client flushes the encoder. The
+        // timer is re-armed after every read, so a steady stream is never flushed.
+        let pause = tokio::time::sleep(FLUSH_DELAY);
+        tokio::select! {
+            biased;
+            m = ctrl.recv() => match m {
+                Some(Ctrl::OurNeed(n)) => {
+                    write_need(send, n, c).await?;
+                    Counters::add(&c.needs_sent, 1);
+                }
+                Some(Ctrl::LocalDone) => {
+                    write_need(send, DONE, c).await?;
+                    local_done = true;
+                }
+                Some(Ctrl::PeerNeed(n)) if n == DONE => peer_done = true,
+                Some(Ctrl::PeerNeed(n)) => {
+                    enc.handle_need(n).map_err(PumpError::Encode)?;
+                    Counters::add(&c.needs_served, 1);
+                }
+                // The downstream half only ends cleanly after the peer's FIN, which follows
+                // everything we wait for; anything else is a truncated stream.
+                None => return Err(PumpError::Truncated),
+            },
+            r = rd.read(&mut buf), if !lan_eof => {
+                let n = r.map_err(PumpError::LanRead)?;
+                if n == 0 {
+                    enc.finish();
+                    lan_eof = true;
+                } else {
+                    Counters::add(&c.lan_in, n as u64);
+                    enc.handle_data(&buf[..n]).map_err(PumpError::Encode)?;
+                    unflushed = true;
+                }
+            }
+            () = pause, if unflushed && !lan_eof => {
+                enc.flush();
+                unflushed = false;
+            }
+        }
+    }
+}
+
+/// Writes one `Need` token (the back channel) on the stream.
+async fn write_need(send: &mut SendStream, need: Need, c: &Counters) -> Result<(), PumpError> {
+    let mut b = BytesMut::new();
+    Token::Need(need).emit(&mut b);
+    send.write_all(&b).await.map_err(PumpError::WanWrite)?;
+    Counters::add(&c.wan_out, b.len() as u64);
+    Ok(())
+}
+
+/// WAN → LAN: stream bytes through the decoder to the TCP socket; needs to the upstream half.
+async fn downstream(
+    wr: &mut WriteHalf<'_>,
+    recv: &mut RecvStream,
+    mut dec: Decoder,
+    tx: mpsc::UnboundedSender<Ctrl>,
+    c: &Counters,
+) -> Result<(), PumpError> {
+    let mut buf = vec![0u8; READ_BUF];
+    let mut done = false;
+    loop {
+        let Some(n) = recv.read(&mut buf).await.map_err(PumpError::WanRead)? else {
+            return if done {
+                Ok(())
+            } else {
+                Err(PumpError::Truncated)
+            };
+        };
+        Counters::add(&c.wan_in, n as u64);
+        dec.handle_wire(&buf[..n]).map_err(PumpError::Decode)?;
+        // Needs first, so the peer's encoder is not kept waiting by a slow local reader.
+        // A send fails only once the upstream half has finished, when no need matters.
+        while let Some(need) = dec.poll_peer_need() {
+            let _ = tx.send(Ctrl::PeerNeed(need));
+        }
+        while let Some(need) = dec.poll_need() {
+            let _ = tx.send(Ctrl::OurNeed(need));
+        }
+        while let Some(b) = dec.poll_output() {
+            wr.write_all(&b).await.map_err(PumpError::LanWrite)?;
+            Counters::add(&c.lan_out, b.len() as u64);
+        }
+        if !done && dec.is_finished() {
+            // Half-close: the peer's LAN side reached EOF; pass the FIN on (RFC 9293 §3.6).
+            wr.shutdown().await.map_err(PumpError::LanWrite)?;
+            let _ = tx.send(Ctrl::LocalDone);
+            done = true;
+        }
+    }
+}

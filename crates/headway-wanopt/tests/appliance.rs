@@ -1,0 +1,458 @@
+//! End-to-end tests of the appliance pair on loopback: a client → appliance A → QUIC tunnel →
+//! appliance B → origin server, and fail-open when B is absent or not authenticated.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use headway_core::rng::Rng;
+use headway_core::Rate;
+use headway_dedup::DedupKey;
+use headway_origin::corpus::{fill, Kind};
+use headway_tunnel::{Identity, Options, PeerConfig, ServiceClass, ServiceId};
+use headway_wanopt::{Appliance, ApplianceConfig, ServiceConfig};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const SERVICE: ServiceId = ServiceId(7);
+const LOCAL: &str = "127.0.0.1:0";
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+fn key() -> DedupKey {
+    DedupKey::new([0x42; 32])
+}
+
+fn data(kind: Kind, len: usize, seed: u64) -> Vec<u8> {
+    let mut v = vec![0; len];
+    fill(kind, seed, 0, &mut v);
+    v
+}
+
+fn sha(b: &[u8]) -> [u8; 32] {
+    Sha256::digest(b).into()
+}
+
+fn peer(name: &str, at: SocketAddr, id: &Identity) -> PeerConfig {
+    PeerConfig::new(name, at, id.fingerprint(), Rate::from_mbps(1000))
+}
+
+/// An origin that echoes every byte and half-closes after the client's EOF.
+async fn echo_server() -> SocketAddr {
+    let l = TcpListener::bind(LOCAL).await.unwrap();
+    let at = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                if tokio::io::copy(&mut r, &mut w).await.is_ok() {
+                    let _ = w.shutdown().await;
+                }
+            });
+        }
+    });
+    at
+}
+
+/// An origin that reads the request to EOF, then replies with its SHA-256 and `reply`.
+async fn reply_after_eof_server(reply: Vec<u8>) -> SocketAddr {
+    let l = TcpListener::bind(LOCAL).await.unwrap();
+    let at = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let reply = reply.clone();
+            tokio::spawn(async move {
+                let mut req = Vec::new();
+                if s.read_to_end(&mut req).await.is_ok() {
+                    let _ = s.write_all(&sha(&req)).await;
+                    let _ = s.write_all(&reply).await;
+                    let _ = s.shutdown().await;
+                }
+            });
+        }
+    });
+    at
+}
+
+/// Sends `data` (then FIN) while reading the whole reply.
+async fn exchange(to: SocketAddr, data: &[u8]) -> Vec<u8> {
+    let s = TcpStream::connect(to).await.unwrap();
+    let (mut r, mut w) = s.into_split();
+    let data = data.to_vec();
+    let writer = tokio::spawn(async move {
+        w.write_all(&data).await.unwrap();
+        w.shutdown().await.unwrap();
+    });
+    let mut got = Vec::new();
+    r.read_to_end(&mut got).await.unwrap();
+    writer.await.unwrap();
+    got
+}
+
+struct Pair {
+    a: Appliance,
+    b: Option<Appliance>,
+    _udp: Option<std::net::UdpSocket>,
+}
+
+impl Pair {
+    fn service(&self) -> SocketAddr {
+        self.a.service_addr(SERVICE).unwrap()
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Far {
+    Running,
+    /// A bound UDP socket that never answers.
+    Silent,
+    /// B runs, but A pins another certificate for it.
+    WrongFingerprint,
+}
+
+async fn pair(target: SocketAddr, class: ServiceClass, far: Far) -> Pair {
+    pair_with(target, class, far, 256 << 20).await
+}
+
+async fn pair_with(target: SocketAddr, class: ServiceClass, far: Far, b_store: u64) -> Pair {
+    let id_a = Identity::generate().unwrap();
+    let id_b = Identity::generate().unwrap();
+    let options = Options {
+        handshake_timeout: Duration::from_secs(1),
+        ..Options::default()
+    };
+    let (b, udp, b_addr) = if far == Far::Silent {
+        let udp = std::net::UdpSocket::bind(LOCAL).unwrap();
+        let at = udp.local_addr().unwrap();
+        (None, Some(udp), at)
+    } else {
+        // B only accepts in these tests; A's address is never dialled.
+        let b = Appliance::start(ApplianceConfig {
+            identity: id_b.clone(),
+            tunnel_listen: addr(LOCAL),
+            peers: vec![peer("a", addr("127.0.0.1:9"), &id_a)],
+            tunnel_options: options.clone(),
+            dedup_key: key(),
+            memory_store_bytes: b_store,
+            retry_after: Duration::from_secs(600),
+            services: vec![],
+        })
+        .await
+        .unwrap();
+        let at = b.tunnel_addr().unwrap();
+        (Some(b), None, at)
+    };
+    let pinned = if far == Far::WrongFingerprint {
+        Identity::generate().unwrap()
+    } else {
+        id_b
+    };
+    let a = Appliance::start(ApplianceConfig {
+        identity: id_a,
+        tunnel_listen: addr(LOCAL),
+        peers: vec![peer("b", b_addr, &pinned)],
+        tunnel_options: options,
+        dedup_key: key(),
+        memory_store_bytes: 256 << 20,
+        retry_after: Duration::from_secs(600),
+        services: vec![ServiceConfig {
+            id: SERVICE,
+            listen: addr(LOCAL),
+            peer: "b".into(),
+            target,
+            class,
+        }],
+    })
+    .await
+    .unwrap();
+    Pair { a, b, _udp: udp }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doc_data_both_ways_then_second_pass_is_nearly_free() {
+    let origin = echo_server().await;
+    let p = pair(origin, ServiceClass::DedupMemory, Far::Running).await;
+    let doc = data(Kind::Doc, 20 << 20, 1);
+
+    // (a) 20 MB up and the same 20 MB back, SHA-256 equal.
+    let got = exchange(p.service(), &doc).await;
+    assert_eq!(got.len(), doc.len());
+    assert_eq!(sha(&got), sha(&doc));
+    let first = p.a.stats().total();
+    eprintln!("first pass: {first:?}");
+    assert_eq!(first.flows_optimized, 1);
+    assert!(first.flows_passed_through.is_empty());
+    assert_eq!(first.lan_in, doc.len() as u64);
+    assert_eq!(first.lan_out, doc.len() as u64);
+    // DOC-like data compresses about 3:1; and the echo is deduplicated against the upload.
+    assert!(
+        first.wan_bytes() < doc.len() as u64 / 2,
+        "first pass put {} bytes on the wan",
+        first.wan_bytes()
+    );
+
+    // (b) The same data again: under 1 % of the first pass's WAN bytes.
+    let got = exchange(p.service(), &doc).await;
+    assert_eq!(sha(&got), sha(&doc));
+    let second = p.a.stats().total();
+    eprintln!("second pass: {second:?}");
+    let wan = second.wan_bytes() - first.wan_bytes();
+    assert!(
+        wan * 100 < first.wan_bytes(),
+        "second pass {wan} bytes vs first {}",
+        first.wan_bytes()
+    );
+    assert_eq!(second.flows_optimized, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_flows_of_random_sizes_are_exact() {
+    let origin = echo_server().await;
+    let p = pair(origin, ServiceClass::DedupMemory, Far::Running).await;
+    let mut rng = Rng::from_seed(3);
+    let mut sizes = vec![0usize, 1, 2, 2 << 20];
+    while sizes.len() < 30 {
+        // Log-uniform up to 2 MiB.
+        sizes.push((2f64.powf(rng.unit() * 21.0)) as usize);
+    }
+    let mut flows = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let kind = [Kind::Doc, Kind::Random, Kind::Html, Kind::Pdf][i % 4];
+        let bytes = data(kind, n, i as u64 % 5);
+        let to = p.service();
+        flows.push(tokio::spawn(async move {
+            let got = exchange(to, &bytes).await;
+            (got.len() == bytes.len() && sha(&got) == sha(&bytes), n)
+        }));
+    }
+    for f in flows {
+        let (ok, n) = f.await.unwrap();
+        assert!(ok, "a flow of {n} bytes came back different");
+    }
+    let s = p.a.stats().total();
+    assert_eq!(s.flows_optimized, 30);
+    assert_eq!(s.flows_failed, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_class_carries_data_exactly() {
+    let origin = echo_server().await;
+    for class in [ServiceClass::PassThrough, ServiceClass::Compress] {
+        let p = pair(origin, class, Far::Running).await;
+        let bytes = data(Kind::Html, 3 << 20, 9);
+        assert_eq!(sha(&exchange(p.service(), &bytes).await), sha(&bytes));
+        let s = p.a.stats();
+        assert_eq!(s.groups.len(), 1);
+        assert_eq!(s.groups[0].flows_optimized, 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_close_still_delivers_the_full_reply() {
+    let reply = data(Kind::Doc, 1 << 20, 4);
+    let origin = reply_after_eof_server(reply.clone()).await;
+    let p = pair(origin, ServiceClass::DedupMemory, Far::Running).await;
+    let request = data(Kind::Random, 300_000, 5);
+    // The server answers only after it saw our FIN, so this also proves the FIN crossed.
+    let got = exchange(p.service(), &request).await;
+    assert_eq!(got.len(), 32 + reply.len());
+    assert_eq!(got[..32], sha(&request));
+    assert_eq!(sha(&got[32..]), sha(&reply));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_peer_fails_open() {
+    let origin = echo_server().await;
+    let p = pair(origin, ServiceClass::DedupMemory, Far::Silent).await;
+    let bytes = data(Kind::Doc, 500_000, 6);
+    assert_eq!(sha(&exchange(p.service(), &bytes).await), sha(&bytes));
+    let s = p.a.stats().total();
+    assert_eq!(s.flows_optimized, 0);
+    assert_eq!(s.flows_passed_through.get("timeout"), Some(&1));
+    assert_eq!(s.wan_bytes(), 0);
+    assert_eq!(s.lan_in, bytes.len() as u64);
+    // The peer is held down: the next flows fail open without a new attempt.
+    for _ in 0..3 {
+        assert_eq!(sha(&exchange(p.service(), &bytes).await), sha(&bytes));
+    }
+    let s = p.a.stats().total();
+    assert_eq!(s.flows_passed_through.get("timeout"), Some(&4));
+    assert_eq!(p.a.tunnel_stats().refused, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_fingerprint_fails_open_as_not_authenticated() {
+    let origin = echo_server().await;
+    let p = pair(origin, ServiceClass::DedupMemory, Far::WrongFingerprint).await;
+    let bytes = data(Kind::Doc, 200_000, 7);
+    assert_eq!(sha(&exchange(p.service(), &bytes).await), sha(&bytes));
+    let s = p.a.stats().total();
+    assert_eq!(s.flows_optimized, 0);
+    assert_eq!(s.flows_passed_through.get("unauthenticated"), Some(&1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diverged_stores_are_repaired_through_the_back_channel() {
+    // B's store (16 MiB) holds X (8 MiB) and then Y (12 MiB) only by evicting the start of X.
+    // A (256 MiB) still believes B holds all of X, so when X comes again B's decoder cannot
+    // resolve A's references: it sends needs in-band, A's encoder replies, the bytes stay exact.
+    let origin = echo_server().await;
+    let p = pair_with(origin, ServiceClass::DedupMemory, Far::Running, 16 << 20).await;
+    let x = data(Kind::Doc, 8 << 20, 11);
+    let y = data(Kind::Doc, 12 << 20, 12);
+    for d in [&x, &y, &x] {
+        assert_eq!(sha(&exchange(p.service(), d).await), sha(d));
+    }
+    let s = p.a.stats().total();
+    assert_eq!(s.flows_optimized, 3);
+    assert_eq!(s.flows_failed, 0);
+    let b = p.b.as_ref().unwrap().stats().total();
+    eprintln!("a: {s:?}\nb: {b:?}");
+    assert!(
+        b.needs_sent > 0,
+        "the stores never diverged: the test proves nothing"
+    );
+    assert!(s.needs_served > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_reset_reaches_the_server() {
+    // The origin reports how its read ended: an error (reset) or a clean EOF.
+    let l = TcpListener::bind(LOCAL).await.unwrap();
+    let origin = l.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut sink = Vec::new();
+        let _ = tx.send(s.read_to_end(&mut sink).await.is_err());
+    });
+    let p = pair(origin, ServiceClass::DedupMemory, Far::Running).await;
+    let mut c = TcpStream::connect(p.service()).await.unwrap();
+    c.write_all(&data(Kind::Doc, 100_000, 1)).await.unwrap();
+    // Wait until the flow is set up on B's side (bytes arrived there), then reset.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while p.a.stats().total().wan_out == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "flow never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    #[allow(deprecated)]
+    c.set_linger(Some(Duration::ZERO)).unwrap();
+    drop(c);
+    let reset = tokio::time::timeout(Duration::from_secs(30), rx)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(reset, "the server saw a clean end instead of a reset");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while p.a.stats().total().flows_failed == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "flow not counted as failed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[test]
+fn stats_serialize() {
+    let s = headway_wanopt::ApplianceStats::default();
+    let t = s.total();
+    assert_eq!(t.peer, "*");
+    assert_eq!(t.wan_bytes(), 0);
+    let json = serde_json::to_value(&t).unwrap();
+    assert_eq!(json["class"], "*");
+    assert_eq!(json["flows_passed_through"], serde_json::json!({}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interactive_exchanges_do_not_stall() {
+    // Ping-pong without closing: each small write must be flushed through both encoders.
+    let origin = echo_server().await;
+    for class in [ServiceClass::DedupMemory, ServiceClass::Compress] {
+        let p = pair(origin, class, Far::Running).await;
+        let mut c = TcpStream::connect(p.service()).await.unwrap();
+        for i in 0..20u8 {
+            let msg = [i; 10];
+            c.write_all(&msg).await.unwrap();
+            let mut got = [0u8; 10];
+            // A hang guard, not a speed threshold.
+            tokio::time::timeout(Duration::from_secs(30), c.read_exact(&mut got))
+                .await
+                .expect("the exchange stalled")
+                .unwrap();
+            assert_eq!(got, msg);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_reset_reaches_the_client() {
+    // The origin reads the first bytes, then aborts (RST).
+    let l = TcpListener::bind(LOCAL).await.unwrap();
+    let origin = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await.unwrap();
+        #[allow(deprecated)]
+        s.set_linger(Some(Duration::ZERO)).unwrap();
+    });
+    let p = pair(origin, ServiceClass::DedupMemory, Far::Running).await;
+    let mut c = TcpStream::connect(p.service()).await.unwrap();
+    c.write_all(b"x").await.unwrap();
+    let mut sink = Vec::new();
+    let r = tokio::time::timeout(Duration::from_secs(30), c.read_to_end(&mut sink))
+        .await
+        .expect("the reset never arrived");
+    assert!(r.is_err(), "the client saw a clean end instead of a reset");
+    assert!(sink.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_destination_resets_the_client() {
+    // A closed port behind B: B refuses the flow and the client sees a reset, as if direct.
+    // Bound but not listening: connections are refused, and the port cannot be reused.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(addr(LOCAL)).unwrap();
+    let closed = socket.local_addr().unwrap();
+    let p = pair(closed, ServiceClass::DedupMemory, Far::Running).await;
+    // On loopback the reset can arrive before `connect` returns; either way it must be a reset.
+    let r = match TcpStream::connect(p.service()).await {
+        Err(e) => Err(e),
+        Ok(mut c) => {
+            let mut sink = Vec::new();
+            tokio::time::timeout(Duration::from_secs(30), c.read_to_end(&mut sink))
+                .await
+                .expect("the reset never arrived")
+        }
+    };
+    let e = r.expect_err("the client saw a clean end instead of a reset");
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset);
+    let s = p.b.as_ref().unwrap().stats().total();
+    assert_eq!(s.flows_failed, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_flow_does_not_disturb_the_others() {
+    let origin = echo_server().await;
+    let p = pair(origin, ServiceClass::DedupMemory, Far::Running).await;
+    let big = data(Kind::Doc, 6 << 20, 21);
+    let to = p.service();
+    let good = {
+        let big = big.clone();
+        tokio::spawn(async move { exchange(to, &big).await })
+    };
+    for i in 0..5 {
+        let mut c = TcpStream::connect(to).await.unwrap();
+        c.write_all(&data(Kind::Random, 50_000, i)).await.unwrap();
+        let mut some = [0u8; 1000];
+        c.read_exact(&mut some).await.unwrap();
+        #[allow(deprecated)]
+        c.set_linger(Some(Duration::ZERO)).unwrap();
+    }
+    assert_eq!(sha(&good.await.unwrap()), sha(&big));
+    let s = p.a.stats().total();
+    assert_eq!(s.flows_optimized, 6);
+}
