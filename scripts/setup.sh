@@ -6,7 +6,7 @@ set -euo pipefail
 # Debian packages: iproute2 (ip, netns, veth), ethtool (offloads off on lab links), iperf3 (bulk
 # flows through emulated links), iputils-ping (reachability checks), procps (sysctl), util-linux
 # (setpriv, for the unprivileged-path tests), wrk (HTTP load).
-packages=(iproute2 ethtool iperf3 iputils-ping procps util-linux wrk curl ca-certificates build-essential pkg-config)
+packages=(iproute2 nftables ethtool iperf3 iputils-ping procps util-linux wrk curl ca-certificates build-essential pkg-config)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
