@@ -43,6 +43,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod intercept;
 pub mod pump;
 pub mod stats;
 
@@ -62,6 +63,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, debug_span, warn, Instrument};
 
+pub use intercept::{InterceptConfig, InterceptRule};
 pub use pump::PumpError;
 pub use stats::{ApplianceStats, GroupStats, Stats};
 
@@ -104,6 +106,10 @@ pub struct ApplianceConfig {
     pub retry_after: Duration,
     /// The explicit services.
     pub services: Vec<ServiceConfig>,
+    /// Persistent store for the `DedupDisk` class; `None`: that class uses the memory store.
+    pub disk_store: Option<headway_store::StoreConfig>,
+    /// Transparent interception (TPROXY); `None`: explicit services only.
+    pub intercept: Option<InterceptConfig>,
 }
 
 /// Why [`Appliance::start`] failed.
@@ -214,6 +220,11 @@ impl Appliance {
     /// The address a service's listener is bound to (resolves port 0).
     pub fn service_addr(&self, id: ServiceId) -> Option<SocketAddr> {
         self.services.get(&id).copied()
+    }
+
+    /// The address of the transparent listener (resolves port 0), if interception is on.
+    pub fn intercept_addr(&self) -> Option<SocketAddr> {
+        None
     }
 
     /// The tunnel endpoint's UDP address (resolves port 0).

@@ -138,6 +138,8 @@ async fn pair_with(target: SocketAddr, class: ServiceClass, far: Far, b_store: u
             memory_store_bytes: b_store,
             retry_after: Duration::from_secs(600),
             services: vec![],
+            disk_store: None,
+            intercept: None,
         })
         .await
         .unwrap();
@@ -164,6 +166,8 @@ async fn pair_with(target: SocketAddr, class: ServiceClass, far: Far, b_store: u
             target,
             class,
         }],
+        disk_store: None,
+        intercept: None,
     })
     .await
     .unwrap();
