@@ -96,11 +96,15 @@ pub fn download(
     let start = SystemClock::now();
     stream.set_nodelay(true).ok();
     let mut writer = stream.try_clone().context("cloning the socket")?;
-    write!(
-        writer,
+    // One write: `write!` on an unbuffered socket with TCP_NODELAY sends every formatted
+    // piece as its own segment, and a server that answers after the first one may close
+    // before the rest arrives (a reset, then EPIPE here).
+    let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: headway-lab\r\nConnection: close\r\n\r\n"
-    )
-    .context("sending the request")?;
+    );
+    writer
+        .write_all(request.as_bytes())
+        .context("sending the request")?;
     let mut reader = BufReader::with_capacity(256 * 1024, stream);
     let mut line = String::new();
     reader

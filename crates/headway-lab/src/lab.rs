@@ -367,6 +367,11 @@ impl Lab {
         self.state.addresses.server_direct
     }
 
+    /// The directory of the state file and the logs.
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
     /// The namespace of `host` (`client`, `server`, `branch`, `dc`, `wan`, …).
     pub fn namespace(&self, host: &str) -> Result<&str> {
         self.state.namespace(host).ok_or_else(|| {

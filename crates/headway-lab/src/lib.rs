@@ -52,12 +52,14 @@ pub mod fetch;
 pub mod interrupt;
 pub mod lab;
 pub mod netns;
+pub mod optimizer;
 pub mod presets;
 pub mod report;
 pub mod spec;
 pub mod stats;
 pub mod tool;
 pub mod topology;
+pub mod xfer;
 
 pub use bench::BenchCommand;
 pub use cli::{run, LabCommand};

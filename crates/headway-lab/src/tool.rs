@@ -50,6 +50,10 @@ pub enum ToolCommand {
     Probe(ProbeArgs),
     /// Download a URL path over HTTP/1.1 and report time, bytes and SHA-256.
     Fetch(crate::fetch::FetchArgs),
+    /// Serve verified transfers both ways (see `crate::xfer`).
+    XferServer(crate::xfer::XferServerArgs),
+    /// Run many verified transfers against an xfer server and report their outcomes.
+    Xfer(crate::xfer::XferArgs),
 }
 
 /// `udp-sink` arguments.
@@ -118,6 +122,8 @@ pub struct ProbeArgs {
 pub fn run(cmd: ToolCommand) -> Result<()> {
     match cmd {
         ToolCommand::Fetch(a) => crate::fetch::run(a),
+        ToolCommand::XferServer(a) => crate::xfer::run_server(a),
+        ToolCommand::Xfer(a) => crate::xfer::run_client(a),
         ToolCommand::UdpSink(a) => {
             let sock = bind(a.listen)?;
             let report = sink(&sock, a.idle, a.max_time, say_ready)?;

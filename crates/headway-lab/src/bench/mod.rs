@@ -8,10 +8,12 @@
 //! | command | what it measures |
 //! |---|---|
 //! | `bench emulator` | TCP throughput through the emulator vs a direct veth link; release-timing error at 100 Mbit/s / 50 ms |
-//! | `bench wanopt file-download` | seed 000's file-download matrix: plain-TCP baseline measured here beside the seed's numbers |
+//! | `bench wanopt file-download` | seed 000's file-download matrix: plain-TCP baseline, Headway first and second pass, beside the seed's numbers |
+//! | `bench wanopt correctness` | verified transfers both ways through the optimizer pair, with restarts and a wiped store |
 
 pub mod emulator;
 pub mod wanopt;
+pub mod wanopt_correctness;
 
 use anyhow::Result;
 
@@ -20,7 +22,7 @@ use anyhow::Result;
 pub enum BenchCommand {
     /// Emulator throughput (vs a direct veth link) and release-timing accuracy.
     Emulator(emulator::EmulatorArgs),
-    /// WAN-optimizer scenarios from the seeds (today: the baselines of seed 000's file download).
+    /// WAN-optimizer scenarios from the seeds.
     #[command(subcommand)]
     Wanopt(wanopt::WanoptCommand),
 }

@@ -5,10 +5,17 @@
 //! Each cell is measured here, in the `branch` topology (client — branch — emulated WAN — DC —
 //! server, `headway origin` on the server), and printed beside the seed's numbers:
 //!
-//! - **baseline**: plain TCP with Linux defaults (cubic) through the emulated link — measured;
-//! - **first pass / second pass** through Headway's WAN-optimizer pair: the appliance is being
-//!   built (issue 3); until it is wired into the lab these columns say so, and the seed's
-//!   published first and second pass are shown for reference.
+//! - **baseline**: plain TCP with Linux defaults (cubic) through the emulated link, both
+//!   appliances stopped (the branch and DC hosts only route);
+//! - **first pass**: both appliances' stores wiped, both started ([`crate::optimizer::Pair`]:
+//!   transparent interception, class `dedup-disk`, the tunnel paced at the cell's rate), the
+//!   file downloaded once;
+//! - **second pass**: the same file again through the warm pair.
+//!
+//! Beside them: the first-pass goodput as a fraction of `rate × (1 − loss)` and whether the
+//! second pass met `2 × RTT + 0.1 s` (the issue's targets), and the seed's three numbers.
+//! `headway bench wanopt correctness` (in `wanopt_correctness`) is the other half: many
+//! verified transfers both ways with restarts.
 //!
 //! The link of a cell is `rate`, one-way delay = RTT/2, the loss on each direction (as the lab's
 //! presets do), a one-BDP queue. A download that does not finish within `--cell-timeout` is
@@ -24,6 +31,7 @@ use headway_core::{Probability, Rate};
 use headway_link::{Loss, Params, QueueLimit};
 
 use crate::fetch::fetch_in_lab;
+use crate::optimizer::{Pair, PairOptions, Side};
 use crate::presets::bdp_queue;
 use crate::{Dir, Lab, LabOptions, TopologyKind};
 
@@ -34,8 +42,11 @@ const SEED_TABLE: &str = include_str!("../../data/citrix_file_download.csv");
 /// `headway bench wanopt …`
 #[derive(Debug, clap::Subcommand)]
 pub enum WanoptCommand {
-    /// Seed 000's file-download matrix.
+    /// Seed 000's file-download matrix: baseline, first and second pass.
     FileDownload(FileDownloadArgs),
+    /// Many verified transfers both ways through the optimizer pair, with restarts and a
+    /// wiped store.
+    Correctness(super::wanopt_correctness::CorrectnessArgs),
 }
 
 /// `headway bench wanopt file-download` arguments.
@@ -62,6 +73,9 @@ pub struct FileDownloadArgs {
     /// Seed of the emulated link's loss sequence.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Skip the plain-TCP baseline (it dominates the run time at high loss).
+    #[arg(long)]
+    pub skip_baseline: bool,
     /// Where to write file-download.md and file-download.csv.
     #[arg(long, default_value = "lab-out/bench")]
     pub out: PathBuf,
@@ -123,6 +137,52 @@ pub fn seed_rows() -> Result<Vec<SeedRow>> {
 }
 
 impl FileDownloadArgs {
+    /// The filters, as command-line flags (for the report).
+    pub fn describe(&self) -> String {
+        let mut s = String::new();
+        let list = |v: &[String]| v.join(",");
+        if self.quick {
+            s.push_str(" --quick");
+        }
+        if !self.files.is_empty() {
+            s += &format!(" --files {}", list(&self.files));
+        }
+        if !self.bandwidths.is_empty() {
+            s += &format!(
+                " --bandwidths {}",
+                list(
+                    &self
+                        .bandwidths
+                        .iter()
+                        .map(|b| b.to_string())
+                        .collect::<Vec<_>>()
+                )
+            );
+        }
+        if !self.rtts.is_empty() {
+            s += &format!(
+                " --rtts {}",
+                list(&self.rtts.iter().map(|b| b.to_string()).collect::<Vec<_>>())
+            );
+        }
+        if !self.losses.is_empty() {
+            s += &format!(
+                " --losses {}",
+                list(
+                    &self
+                        .losses
+                        .iter()
+                        .map(|b| b.to_string())
+                        .collect::<Vec<_>>()
+                )
+            );
+        }
+        if self.skip_baseline {
+            s.push_str(" --skip-baseline");
+        }
+        s
+    }
+
     /// The seed rows this run measures, grouped so that rows sharing a link setting follow
     /// each other (the link changes once per group).
     pub fn select(&self, rows: Vec<SeedRow>) -> Vec<SeedRow> {
@@ -174,9 +234,50 @@ pub fn cell_params(bandwidth_mbps: f64, rtt_ms: u64, loss_pct: f64) -> Params {
     }
 }
 
-/// Runs the benchmark.
+/// Runs a WAN-optimizer benchmark.
 pub fn run(cmd: WanoptCommand) -> Result<()> {
-    let WanoptCommand::FileDownload(args) = cmd;
+    match cmd {
+        WanoptCommand::FileDownload(args) => file_download(args),
+        WanoptCommand::Correctness(args) => super::wanopt_correctness::run(args),
+    }
+}
+
+/// What one cell measured, seconds (`None`: over the per-cell limit).
+#[derive(Debug, Clone, Copy, Default)]
+struct Cell {
+    baseline: Option<f64>,
+    first: Option<f64>,
+    second: Option<f64>,
+}
+
+/// One verified download of `file` through the lab, seconds; `None` on timeout.
+fn timed_fetch(
+    lab: &Lab,
+    exe: &str,
+    listen: &str,
+    file: &str,
+    label: &str,
+    timeout: Duration,
+) -> Result<Option<f64>> {
+    let doc = headway_origin::corpus::file(file).context("seed file missing from the corpus")?;
+    let path = format!("/files/{file}");
+    match fetch_in_lab(lab, exe, listen, &path, label, timeout)? {
+        Some(r)
+            if r.bytes == doc.size() && r.sha256 == headway_origin::corpus::hex(&doc.sha256()) =>
+        {
+            Ok(Some(r.total_seconds))
+        }
+        Some(r) => bail!(
+            "{label}: corrupted download ({} bytes, sha {})",
+            r.bytes,
+            r.sha256
+        ),
+        None => Ok(None),
+    }
+}
+
+/// `headway bench wanopt file-download`.
+fn file_download(args: FileDownloadArgs) -> Result<()> {
     let cells = args.select(seed_rows()?);
     if cells.is_empty() {
         bail!("no cell of the seed's table matches the filters");
@@ -193,6 +294,7 @@ pub fn run(cmd: WanoptCommand) -> Result<()> {
     let lab = Lab::up(opts)?;
     let listen = format!("{}:8080", lab.addresses().server);
     let _origin = lab.spawn("server", &[&exe, "origin", "--listen", &listen])?;
+    let mut pair = Pair::new(&lab, &exe, &PairOptions::default())?;
     eprintln!(
         "file-download: {} cells, branch topology, per-cell limit {:?}",
         cells.len(),
@@ -201,19 +303,27 @@ pub fn run(cmd: WanoptCommand) -> Result<()> {
     let mut md = String::new();
     writeln!(
         md,
-        "## Seed 000 file download: plain TCP through the emulated WAN, beside the seed\n"
+        "## Seed 000 file download: plain TCP, then Headway's WAN optimizer (first and second pass), beside the seed\n"
     )?;
     writeln!(
         md,
         "Command: `headway bench wanopt file-download{}`\n",
-        if args.quick { " --quick" } else { "" }
+        args.describe()
     )?;
-    writeln!(md, "| Mbit/s | RTT ms | loss % | file | baseline here (s) | seed baseline (s) | Headway 1st / 2nd pass | seed 1st / 2nd pass (s) |")?;
-    writeln!(md, "|---:|---:|---:|---|---:|---:|---|---|")?;
+    writeln!(md, "Each cell: the baseline with both appliances stopped (the branch and DC hosts only route), then both stores wiped, both appliances started (transparent interception, class dedup-disk), and the file downloaded twice. Every download is checked byte for byte (SHA-256). Targets: second pass ≤ 2 × RTT + 0.1 s; first-pass goodput on PDF-like (incompressible) files ≥ 0.9 × rate × (1 − loss).\n")?;
+    writeln!(md, "| Mbit/s | RTT ms | loss % | file | baseline (s) | 1st pass (s) | 2nd pass (s) | 1st-pass goodput / (rate × (1−loss)) | 2nd ≤ 2·RTT+0.1 s | seed baseline / 1st / 2nd (s) |")?;
+    writeln!(md, "|---:|---:|---:|---|---:|---:|---:|---:|:---:|---|")?;
     let mut csv = String::from(
-        "bandwidth_mbps,rtt_ms,loss_pct,file,baseline_s,seed_baseline_s,seed_first_pass_s,seed_second_pass_s\n",
+        "bandwidth_mbps,rtt_ms,loss_pct,file,baseline_s,first_pass_s,second_pass_s,seed_baseline_s,seed_first_pass_s,seed_second_pass_s\n",
     );
     let mut current: Option<(f64, u64, f64)> = None;
+    let secs = |v: Option<f64>| {
+        v.map_or_else(
+            || format!("> {}", args.cell_timeout.as_secs()),
+            |v| format!("{v:.2}"),
+        )
+    };
+    let raw = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_default();
     for c in &cells {
         let key = (c.bandwidth_mbps, c.rtt_ms, c.loss_pct);
         if current != Some(key) {
@@ -222,56 +332,96 @@ pub fn run(cmd: WanoptCommand) -> Result<()> {
                 Dir::Both,
                 &cell_params(c.bandwidth_mbps, c.rtt_ms, c.loss_pct),
             )?;
+            pair.reconfigure(&PairOptions {
+                link_rate_bps: (c.bandwidth_mbps * 1e6).round() as u64,
+                rtt: Duration::from_millis(c.rtt_ms),
+                ..PairOptions::default()
+            })?;
             current = Some(key);
         }
-        let doc =
-            headway_origin::corpus::file(c.file).context("seed file missing from the corpus")?;
         let label = format!(
             "{} {}M/{}ms/{}%",
             c.file, c.bandwidth_mbps, c.rtt_ms, c.loss_pct
         );
-        let path = format!("/files/{}", c.file);
-        let r = fetch_in_lab(&lab, &exe, &listen, &path, &label, args.cell_timeout)?;
-        let ours = match &r {
-            Some(r)
-                if r.bytes == doc.size()
-                    && r.sha256 == headway_origin::corpus::hex(&doc.sha256()) =>
-            {
-                format!("{:.2}", r.total_seconds)
-            }
-            Some(r) => bail!(
-                "{label}: corrupted download ({} bytes, sha {})",
-                r.bytes,
-                r.sha256
-            ),
-            None => format!("> {}", args.cell_timeout.as_secs()),
-        };
+        let mut cell = Cell::default();
+        if !args.skip_baseline {
+            pair.stop_both()?;
+            cell.baseline = timed_fetch(
+                &lab,
+                &exe,
+                &listen,
+                c.file,
+                &format!("{label} baseline"),
+                args.cell_timeout,
+            )?;
+        }
+        pair.stop_both()?;
+        for side in Side::BOTH {
+            pair.wipe_store(side)?;
+        }
+        pair.start_both()?;
+        cell.first = timed_fetch(
+            &lab,
+            &exe,
+            &listen,
+            c.file,
+            &format!("{label} 1st"),
+            args.cell_timeout,
+        )?;
+        cell.second = timed_fetch(
+            &lab,
+            &exe,
+            &listen,
+            c.file,
+            &format!("{label} 2nd"),
+            args.cell_timeout,
+        )?;
+        pair.stop_both()?;
+        let size = headway_origin::corpus::file(c.file).map_or(0, |d| d.size());
+        let goodput = cell.first.map(|t| {
+            let g = size as f64 * 8.0 / t;
+            g / (c.bandwidth_mbps * 1e6 * (1.0 - c.loss_pct / 100.0))
+        });
+        let target = 2.0 * c.rtt_ms as f64 / 1000.0 + 0.1;
         writeln!(
             md,
-            "| {} | {} | {} | {} | {ours} | {} | not yet (issue 3) | {} / {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} |",
             c.bandwidth_mbps,
             c.rtt_ms,
             c.loss_pct,
             c.file,
+            if args.skip_baseline {
+                "–".into()
+            } else {
+                secs(cell.baseline)
+            },
+            secs(cell.first),
+            secs(cell.second),
+            goodput.map_or_else(|| "–".into(), |g| format!("{g:.2}")),
+            match cell.second {
+                Some(t) if t <= target => "yes",
+                _ => "NO",
+            },
             c.baseline_s,
             c.first_pass_s,
             c.second_pass_s
         )?;
         writeln!(
             csv,
-            "{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{}",
             c.bandwidth_mbps,
             c.rtt_ms,
             c.loss_pct,
             c.file,
-            r.as_ref()
-                .map(|r| format!("{:.3}", r.total_seconds))
-                .unwrap_or_default(),
+            raw(cell.baseline),
+            raw(cell.first),
+            raw(cell.second),
             c.baseline_s,
             c.first_pass_s,
             c.second_pass_s
         )?;
     }
+    drop(pair);
     lab.down()?;
     println!("{md}");
     std::fs::create_dir_all(&args.out)
@@ -317,6 +467,7 @@ mod tests {
             rtts: vec![],
             losses: vec![],
             cell_timeout: Duration::from_secs(1),
+            skip_baseline: false,
             seed: 1,
             out: PathBuf::new(),
         };
