@@ -2,7 +2,8 @@
 //!
 //! This module owns [`Config`] and every check that spans more than one value: unique link
 //! names, valid and distinct interface names, a token for an exposed admin API, and each link
-//! direction's [`Params`] built from its specs and validated. Nothing else in Headway validates
+//! direction's [`Params`] built from its specs and validated. The `[wanopt]` section's checks
+//! live in [`crate::wanopt`], called from here. Nothing else in Headway validates
 //! configuration: a [`Config`] is correct by construction.
 //!
 //! Entry points: [`Config::from_file`], [`Config::parse`], or `Config::try_from(ConfigFile)`.
@@ -18,6 +19,7 @@ use toml::Spanned;
 
 use crate::file::{AdminSection, ConfigFile, LinkSection, Origin};
 use crate::spec::{LinkSpecInput, SpecError};
+use crate::wanopt::WanoptConfig;
 
 /// The admin API's default listen address.
 pub const DEFAULT_ADMIN_LISTEN: SocketAddr =
@@ -30,6 +32,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// The emulated WAN links, in file order; names and interfaces are unique.
     pub links: Vec<LinkConfig>,
+    /// The WAN-optimizer appliance, if `[wanopt]` is present.
+    pub wanopt: Option<WanoptConfig>,
 }
 
 impl Config {
@@ -204,7 +208,7 @@ impl TryFrom<ConfigFile> for Config {
         for l in &file.link {
             let name = l.name.get_ref().as_str();
             let at_name = origin.locate(Some(l.name.span()));
-            check_link_name(name).map_err(|m| invalid(at_name.clone(), m))?;
+            check_name(name, "link").map_err(|m| invalid(at_name.clone(), m))?;
             if let Some(first) = names.insert(name, at_name.line) {
                 return Err(invalid(
                     at_name,
@@ -248,11 +252,19 @@ impl TryFrom<ConfigFile> for Config {
             }
             links.push(link(l, origin)?);
         }
-        Ok(Config { admin, links })
+        let wanopt = match &file.wanopt {
+            Some(w) => Some(crate::wanopt::wanopt(w.get_ref(), origin)?),
+            None => None,
+        };
+        Ok(Config {
+            admin,
+            links,
+            wanopt,
+        })
     }
 }
 
-fn invalid(at: Location, message: String) -> ConfigError {
+pub(crate) fn invalid(at: Location, message: String) -> ConfigError {
     ConfigError::Invalid { at, message }
 }
 
@@ -379,12 +391,12 @@ fn params_error_keys(e: &ParamsError) -> &'static [&'static str] {
     }
 }
 
-/// Link names appear in URLs and metric labels, so they are kept to a safe alphabet.
-fn check_link_name(name: &str) -> Result<(), String> {
+/// Link and peer names appear in URLs and metric labels, so they are kept to a safe alphabet.
+pub(crate) fn check_name(name: &str, what: &str) -> Result<(), String> {
     let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
     if name.is_empty() || name.len() > 64 || !name.chars().all(ok_char) {
         return Err(format!(
-            "`{name}` is not a valid link name: use 1 to 64 letters, digits, `-`, `_` or `.`"
+            "`{name}` is not a valid {what} name: use 1 to 64 letters, digits, `-`, `_` or `.`"
         ));
     }
     Ok(())
@@ -392,7 +404,7 @@ fn check_link_name(name: &str) -> Result<(), String> {
 
 /// The rules of Linux's `dev_valid_name`: 1–15 bytes, not `.` or `..`, no `/`, `:` or
 /// whitespace.
-fn check_interface(name: &str) -> Result<(), String> {
+pub(crate) fn check_interface(name: &str) -> Result<(), String> {
     let why = if name.is_empty() {
         "it is empty"
     } else if name.len() > 15 {

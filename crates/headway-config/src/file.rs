@@ -12,9 +12,15 @@
 //! |---|---|
 //! | `[admin]` | the admin API listener ([`AdminSection`]) |
 //! | `[[link]]` | one emulated WAN link between two interfaces ([`LinkSection`]); repeatable |
+//! | `[wanopt]` | the WAN-optimizer appliance: tunnel endpoint, identity, dedup key, stores ([`WanoptSection`]) |
+//! | `[wanopt.disk_store]` | the persistent chunk store of the `dedup-disk` class ([`DiskStoreSection`]) |
+//! | `[[wanopt.peer]]` | a peer appliance at the other end of a WAN ([`PeerSection`]); repeatable |
+//! | `[[wanopt.service]]` | an explicit service: listen address → target through a peer ([`ServiceSection`]); repeatable |
+//! | `[wanopt.intercept]` | transparent (TPROXY) interception ([`InterceptSection`]) |
+//! | `[[wanopt.intercept.rule]]` | which intercepted flows go to which peer and class ([`RuleSection`]); repeatable |
 //!
-//! Sections for the other roles (`[[virtual_server]]`, `[wanopt]`, `[overlay]`, …) will be
-//! added here as those roles land. Until then any other top-level key or section is an error,
+//! Sections for the other roles (`[[virtual_server]]`, `[overlay]`, …) will be added here as
+//! those roles land. Until then any other top-level key or section is an error,
 //! so a misspelt or not-yet-supported section never goes unnoticed.
 //!
 //! ## Example
@@ -26,6 +32,8 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 use toml::Spanned;
+
+use headway_core::{ByteSize, Rate};
 
 use crate::config::{ConfigError, Location};
 use crate::spec::LinkSpecInput;
@@ -41,6 +49,8 @@ pub struct ConfigFile {
     /// Emulated WAN links (`[[link]]`), in file order. Default: none.
     #[serde(default)]
     pub link: Vec<LinkSection>,
+    /// The WAN-optimizer appliance (`[wanopt]`). Default: none (the appliance does not run).
+    pub wanopt: Option<Spanned<WanoptSection>>,
     /// Where the file came from, to turn spans into line and column.
     #[serde(skip)]
     pub(crate) origin: Origin,
@@ -115,6 +125,194 @@ pub struct LinkSection {
     /// frames leave on time even when the machine is busy (needs root or CAP_SYS_NICE).
     /// Default: normal priority.
     pub realtime: Option<Spanned<u8>>,
+}
+
+/// `[wanopt]`: the WAN-optimizer appliance. Paths are relative to the config file's directory.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WanoptSection {
+    /// UDP socket address of this appliance's QUIC tunnel endpoint (`"198.18.0.1:4433"`); peers
+    /// connect here. Required.
+    pub tunnel_listen: Spanned<String>,
+    /// PEM file with this appliance's certificate (`headway wanopt identity` writes one).
+    /// Required.
+    pub cert_file: Spanned<PathBuf>,
+    /// PEM file with the certificate's private key. Required.
+    pub key_file: Spanned<PathBuf>,
+    /// File holding the deployment's dedup key: 64 hex digits (surrounding whitespace
+    /// ignored), the same on every appliance of the deployment (`headway wanopt dedup-key`
+    /// writes one). Required.
+    pub dedup_key_file: Spanned<PathBuf>,
+    /// Capacity of the in-memory chunk store (`"256MiB"`). Default: `"256MiB"`.
+    pub memory_store: Option<Spanned<ByteSize>>,
+    /// After a failed connection to a peer, its new flows go direct (fail-open) without a new
+    /// attempt for this long (`"10s"`). Default: `"10s"`.
+    pub retry_after: Option<Spanned<DurationValue>>,
+    /// The persistent chunk store (`[wanopt.disk_store]`); required when a service or rule
+    /// uses class `dedup-disk`. Default: none.
+    pub disk_store: Option<Spanned<DiskStoreSection>>,
+    /// Peer appliances (`[[wanopt.peer]]`). Default: none.
+    #[serde(default)]
+    pub peer: Vec<PeerSection>,
+    /// Explicit services (`[[wanopt.service]]`). Default: none.
+    #[serde(default)]
+    pub service: Vec<ServiceSection>,
+    /// Transparent interception (`[wanopt.intercept]`). Default: none.
+    pub intercept: Option<Spanned<InterceptSection>>,
+}
+
+/// `[wanopt.disk_store]`: the persistent chunk store (segment files in a ring).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiskStoreSection {
+    /// Directory of the segment files, created if missing. Required.
+    pub dir: Spanned<PathBuf>,
+    /// Bound on the segment files' total size (`"4GiB"`), at least `"1MiB"`; the oldest data
+    /// is evicted first. Required.
+    pub size: Spanned<ByteSize>,
+}
+
+/// `[[wanopt.peer]]`: a peer appliance, authenticated by its pinned certificate fingerprint.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerSection {
+    /// Name in services, rules, the admin API and metrics: letters, digits, `-`, `_` and `.`,
+    /// at most 64 characters, unique. Required.
+    pub name: Spanned<String>,
+    /// The peer's tunnel endpoint, a UDP socket address (its `tunnel_listen`). Required.
+    pub address: Spanned<String>,
+    /// SHA-256 of the peer's certificate (DER): 64 hex digits, `:` separators and a `sha256:`
+    /// prefix allowed (`headway wanopt fingerprint --cert PEER.crt` prints it). Required.
+    pub fingerprint: Spanned<String>,
+    /// The WAN link's rate towards the peer (`"1.5mbit"`); the tunnel paces at it. Required.
+    pub link_rate: Spanned<Rate>,
+    /// The expected round-trip time to the peer (`"300ms"`), for the first window; err on the
+    /// long side. Default: `"100ms"`.
+    pub rtt: Option<Spanned<DurationValue>>,
+}
+
+/// `[[wanopt.service]]`: clients connect to `listen`; the flow crosses the tunnel to `peer`,
+/// which connects on to `target`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceSection {
+    /// The service's id, carried in each flow's header: 0 to 4294967295, unique. Required.
+    pub id: Spanned<u32>,
+    /// TCP socket address this appliance accepts clients on. Required.
+    pub listen: Spanned<String>,
+    /// TCP socket address the peer connects to (and fail-open connects to directly). Required.
+    pub target: Spanned<String>,
+    /// The name of the `[[wanopt.peer]]` in front of the target. Required.
+    pub peer: Spanned<String>,
+    /// What the optimizer does with the flows. Required.
+    pub class: Spanned<ServiceClass>,
+}
+
+/// `[wanopt.intercept]`: transparent interception of TCP flows routed through this host
+/// (nftables TPROXY; needs root).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterceptSection {
+    /// TCP socket address the TPROXY rules deliver intercepted flows to (`"0.0.0.0:7070"`).
+    /// Required.
+    pub listen: Spanned<String>,
+    /// LAN interfaces whose incoming flows are intercepted (`["br-c"]`); at least one.
+    /// Required.
+    pub interfaces: Spanned<Vec<Spanned<String>>>,
+    /// Which flows go to which peer and class, first match wins; at least one. Flows matching
+    /// no rule are not intercepted.
+    #[serde(default)]
+    pub rule: Vec<RuleSection>,
+}
+
+/// `[[wanopt.intercept.rule]]`: flows to these destinations and ports go to `peer` in `class`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleSection {
+    /// Destination addresses or networks in CIDR form (`["198.18.2.0/24", "10.0.0.1"]`).
+    /// Default: any destination.
+    #[serde(default)]
+    pub destinations: Vec<Spanned<String>>,
+    /// Destination ports and ranges, as numbers or strings (`[80, "8000-9000"]`). Default: any
+    /// port.
+    #[serde(default)]
+    pub ports: Vec<Spanned<PortsValue>>,
+    /// The name of the `[[wanopt.peer]]` in front of these destinations. Required.
+    pub peer: Spanned<String>,
+    /// What the optimizer does with the flows. Required.
+    pub class: Spanned<ServiceClass>,
+}
+
+/// A service class: what the WAN optimizer does with a flow's bytes (WANScaler's service
+/// classes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServiceClass {
+    /// Carried through the tunnel untouched.
+    PassThrough,
+    /// Compressed only.
+    Compress,
+    /// Deduplicated against the memory store, then compressed.
+    DedupMemory,
+    /// Deduplicated against the disk store (`[wanopt.disk_store]`), then compressed.
+    DedupDisk,
+}
+
+impl ServiceClass {
+    /// The name written in the config file (`"dedup-disk"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceClass::PassThrough => "pass-through",
+            ServiceClass::Compress => "compress",
+            ServiceClass::DedupMemory => "dedup-memory",
+            ServiceClass::DedupDisk => "dedup-disk",
+        }
+    }
+}
+
+/// A duration written as text (`"300ms"`, `"10s"`; see `headway_core::units::parse_duration`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurationValue(pub std::time::Duration);
+
+impl<'de> Deserialize<'de> for DurationValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        headway_core::units::parse_duration(&text)
+            .map(DurationValue)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// A port or port range as written: `80` or `"80"` or `"8000-9000"`. Checked by the
+/// conversion into `crate::wanopt::PortRange`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortsValue {
+    /// An integer.
+    Number(i64),
+    /// A string: one port or `first-last`.
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for PortsValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = PortsValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a port (80) or a port range (\"8000-9000\")")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<PortsValue, E> {
+                Ok(PortsValue::Number(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<PortsValue, E> {
+                Ok(PortsValue::Number(i64::try_from(v).unwrap_or(i64::MAX)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<PortsValue, E> {
+                Ok(PortsValue::Text(v.to_owned()))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 /// The source of a parsed file: its name for messages and its text for line/column.

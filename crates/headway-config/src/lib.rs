@@ -11,7 +11,8 @@
 //! 1. [`file::ConfigFile`]: what serde reads (`deny_unknown_fields`, units typed as
 //!    `"1.5mbit"`, `"150ms"`, `"64KiB"`), with source spans kept for messages.
 //! 2. [`Config`]: validated runtime types, built once with `TryFrom<ConfigFile>`. Each link
-//!    direction is a validated [`headway_link::Params`].
+//!    direction is a validated [`headway_link::Params`]; the `[wanopt]` section becomes a
+//!    [`WanoptConfig`] ([`wanopt`]), with its certificate, key and dedup key files read.
 //!
 //! [`LinkSpec`] is the partial, user-facing form of one link direction's parameters; its text
 //! syntax and keys are documented in [`spec`].
@@ -24,13 +25,26 @@
 //! - `"rate=1.5mbit delay=150ms".parse::<LinkSpec>()`, [`LinkSpec::apply`],
 //!   `Params::try_from(&spec)` and `LinkSpec::from(&params)`.
 //!
-//! `crates/headway-config/examples/headway.toml` is a complete, commented config file.
+//! `crates/headway-config/examples/headway.toml` is a complete, commented config file;
+//! `examples/wanopt-branch.toml` and `examples/wanopt-dc.toml` are the two ends of a WAN
+//! optimizer pair.
+//!
+//! ## Modules
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`file`] | the TOML schema as written (serde, spans) |
+//! | `config` | [`Config`], the conversion and the checks of `[admin]` and `[[link]]` |
+//! | [`wanopt`] | [`WanoptConfig`] and the checks of `[wanopt]` (peers, services, interception, files) |
+//! | [`spec`] | the link spec syntax ([`LinkSpec`]) |
+//! | `suggest` | did-you-mean suggestions |
 #![forbid(unsafe_code)]
 
 mod config;
 pub mod file;
 pub mod spec;
 mod suggest;
+pub mod wanopt;
 
 pub use config::{
     AdminConfig, AdminError, Config, ConfigError, LinkConfig, Location, DEFAULT_ADMIN_LISTEN,
@@ -38,3 +52,4 @@ pub use config::{
 pub use spec::{
     Dir, JitterDist, Limit, LinkSpec, LinkSpecInput, LossSpec, Overhead, SpecError, UnknownDir,
 };
+pub use wanopt::WanoptConfig;

@@ -74,7 +74,8 @@ fn an_empty_file_is_the_defaults() {
         c,
         Config {
             admin: AdminConfig::default(),
-            links: vec![]
+            links: vec![],
+            wanopt: None,
         }
     );
 }
@@ -145,10 +146,14 @@ fn unknown_keys_point_at_the_key_and_suggest_the_right_one() {
 #[test]
 fn unknown_sections_are_rejected() {
     assert_err(
-        "[wanopt]\nenabled = true\n",
+        "[wan_opt]\nenabled = true\n",
         1,
         2,
-        &["unknown field `wanopt`", "`admin` or `link`"],
+        &[
+            "unknown field `wan_opt`",
+            "`admin`, `link`",
+            "did you mean `wanopt`?",
+        ],
     );
     assert_err(
         "[[virtual_server]]\nname = \"web\"\n",
