@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::control::LinkViewJson;
+use crate::wanopt::WanoptStats;
 
 /// A client of one Headway instance's admin API.
 #[derive(Debug, Clone)]
@@ -138,6 +139,17 @@ impl Client {
             &link_path(name),
             Some(serde_json::Value::Object(body)),
         )
+    }
+
+    /// `GET /api/v1/wanopt/stats` as the JSON the API sent (a 404 [`ClientError::Api`] when
+    /// no WAN optimizer runs).
+    pub fn wanopt_stats_json(&self) -> Result<serde_json::Value, ClientError> {
+        self.json("GET", "/api/v1/wanopt/stats", None)
+    }
+
+    /// `GET /api/v1/wanopt/stats`.
+    pub fn wanopt_stats(&self) -> Result<WanoptStats, ClientError> {
+        self.json("GET", "/api/v1/wanopt/stats", None)
     }
 
     /// `GET /metrics`: the OpenMetrics text.

@@ -1,7 +1,7 @@
 //! `headway ctl`: the command-line client of a running instance's admin API.
 //!
 //! Owns the clap arguments and the human-readable output (aligned tables, one line per link
-//! direction). The binary embeds [`CtlArgs`] as its `ctl` subcommand and calls [`run`].
+//! direction; the WAN optimizer's table is `crate::wanopt::write_stats`). The binary embeds [`CtlArgs`] as its `ctl` subcommand and calls [`run`].
 
 use std::io::Write;
 
@@ -49,6 +49,21 @@ pub enum CtlCommand {
     Link(LinkCommand),
     /// Print the Prometheus/OpenMetrics text.
     Metrics,
+    /// The WAN optimizer's counters.
+    #[command(subcommand)]
+    Wanopt(WanoptCommand),
+}
+
+/// `headway ctl wanopt …`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum WanoptCommand {
+    /// Per peer and class: LAN and WAN bytes both ways, data reduction, flows optimized,
+    /// failed and passed through (with reasons); store sizes and hit rates.
+    Stats {
+        /// Print the API's JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `headway ctl link …`.
@@ -121,6 +136,13 @@ pub fn run_to(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         }
         CtlCommand::Metrics => {
             out.write_all(client.metrics_text()?.as_bytes())?;
+        }
+        CtlCommand::Wanopt(WanoptCommand::Stats { json: true }) => {
+            let v = client.wanopt_stats_json()?;
+            writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        }
+        CtlCommand::Wanopt(WanoptCommand::Stats { json: false }) => {
+            crate::wanopt::write_stats(out, &client.wanopt_stats()?)?;
         }
     }
     Ok(())

@@ -1,9 +1,10 @@
 //! Headway's admin API: the REST endpoints, Prometheus exposition, and the `headway ctl` client.
 //!
 //! This crate owns the admin listener's HTTP surface and its client. It does not own the things
-//! it controls: the binary implements [`LinkControl`] over whatever runs the links (so this
-//! crate does not depend on the emulator) and hands in the Prometheus registry its roles have
-//! registered their metrics in.
+//! it controls: the binary implements [`LinkControl`] over whatever runs the links and
+//! [`WanoptControl`] over the WAN-optimizer appliance (so this crate depends on neither the
+//! emulator nor the appliance) and hands in the Prometheus registry its roles have registered
+//! their metrics in. The appliance's metrics are collected on scrape ([`WanoptCollector`]).
 //!
 //! ## Routes
 //!
@@ -14,6 +15,7 @@
 //! | `GET /api/v1/links` | `{"links": [LinkViewJson, …]}` |
 //! | `GET /api/v1/links/{name}` | one [`LinkViewJson`], or 404 |
 //! | `PUT /api/v1/links/{name}` | body [`SetLinkRequest`]; 200 with the new view, 400 for a bad spec (nothing applied), 404 unknown link |
+//! | `GET /api/v1/wanopt/stats` (also `/wanopt/stats`) | the WAN optimizer's [`WanoptStats`], or 404 when none runs |
 //!
 //! Errors are JSON objects `{"error": "…"}`. When a token is configured, every route except
 //! `/healthz` requires `Authorization: Bearer <token>` (401 otherwise). Request bodies are
@@ -21,7 +23,7 @@
 //!
 //! ## Entry points
 //!
-//! - Server: [`AdminState::new`], then [`serve`] (or [`router`] to embed the routes).
+//! - Server: [`AdminState::new`] or [`AdminState::with_wanopt`], then [`serve`] (or [`router`] to embed the routes).
 //! - Client: [`Client`] (blocking), and [`CtlArgs`] + [`run`] for `headway ctl`.
 #![forbid(unsafe_code)]
 
@@ -29,8 +31,13 @@ mod client;
 mod control;
 mod ctl;
 mod server;
+mod wanopt;
 
 pub use client::{Client, ClientError};
 pub use control::{LinkControl, LinkView, LinkViewJson, SetLinkRequest};
-pub use ctl::{run, run_to, CtlArgs, CtlCommand, LinkCommand};
+pub use ctl::{run, run_to, CtlArgs, CtlCommand, LinkCommand, WanoptCommand};
 pub use server::{router, serve, AdminState, BODY_LIMIT, OPENMETRICS_CONTENT_TYPE};
+pub use wanopt::{
+    write_stats, WanoptCollector, WanoptControl, WanoptGroup, WanoptStats, WanoptStore,
+    WanoptTunnel,
+};

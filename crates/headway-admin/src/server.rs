@@ -2,8 +2,8 @@
 //!
 //! Owns the routes (see the crate docs), the bearer-token check, the request body limit, the
 //! JSON error format and the admin API's own request counter. It does not own the links or the
-//! other metrics: those come in through [`AdminState::new`] as a [`LinkControl`] and a
-//! registry.
+//! other metrics: those come in through [`AdminState::new`] (or [`AdminState::with_wanopt`]) as
+//! a [`LinkControl`], an optional [`WanoptControl`] and a registry.
 //!
 //! Layers, outermost first: request counting (so 401s are counted too), token check, body
 //! limit, then the route. `PUT` is validate-then-apply: both directions' new parameters are
@@ -29,6 +29,7 @@ use prometheus_client::registry::Registry;
 use serde_json::json;
 
 use crate::control::{LinkControl, LinkViewJson, SetLinkRequest};
+use crate::wanopt::{WanoptCollector, WanoptControl};
 
 /// The largest request body accepted, in bytes; larger bodies get 413.
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -41,6 +42,7 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
 #[derive(Clone)]
 pub struct AdminState {
     control: Arc<dyn LinkControl>,
+    wanopt: Option<Arc<dyn WanoptControl>>,
     registry: Arc<Registry>,
     token: Option<Arc<str>>,
     requests: Family<RequestLabels, Counter>,
@@ -64,11 +66,22 @@ impl AdminState {
     /// (`admin_requests_total{route, method, status}`, under the registry's prefix) in
     /// `registry`; the registry is read-only from then on. `token`, when set, is required on
     /// every route except `/healthz`.
-    pub fn new(
+    pub fn new(control: Arc<dyn LinkControl>, registry: Registry, token: Option<String>) -> Self {
+        AdminState::with_wanopt(control, None, registry, token)
+    }
+
+    /// Like [`AdminState::new`], with a WAN-optimizer appliance when `wanopt` is given: serves
+    /// its counters at `/api/v1/wanopt/stats` and registers a [`WanoptCollector`] in `registry`
+    /// (`wanopt_*` metrics). Without one, the wanopt route answers 404.
+    pub fn with_wanopt(
         control: Arc<dyn LinkControl>,
+        wanopt: Option<Arc<dyn WanoptControl>>,
         mut registry: Registry,
         token: Option<String>,
     ) -> Self {
+        if let Some(w) = &wanopt {
+            registry.register_collector(Box::new(WanoptCollector::new(w.clone())));
+        }
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "admin_requests",
@@ -77,6 +90,7 @@ impl AdminState {
         );
         AdminState {
             control,
+            wanopt,
             registry: Arc::new(registry),
             token: token.map(Arc::from),
             requests,
@@ -108,6 +122,8 @@ pub fn router(state: AdminState) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/v1/links", get(list_links))
         .route("/api/v1/links/{name}", get(show_link).put(set_link))
+        .route("/api/v1/wanopt/stats", get(wanopt_stats))
+        .route("/wanopt/stats", get(wanopt_stats))
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -252,12 +268,23 @@ async fn set_link(
     }
 }
 
+async fn wanopt_stats(State(state): State<AdminState>) -> Response {
+    match &state.wanopt {
+        Some(w) => Json(w.stats()).into_response(),
+        None => error(
+            StatusCode::NOT_FOUND,
+            "no WAN optimizer runs in this instance: add a [wanopt] section to its config file \
+             and restart `headway run`",
+        ),
+    }
+}
+
 async fn no_route(method: Method, uri: Uri) -> Response {
     error(
         StatusCode::NOT_FOUND,
         format!(
             "no route {method} {}; routes: GET /healthz, GET /metrics, GET /api/v1/links, \
-             GET|PUT /api/v1/links/{{name}}",
+             GET|PUT /api/v1/links/{{name}}, GET /api/v1/wanopt/stats",
             uri.path()
         ),
     )

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use headway_admin::{
-    serve, AdminState, Client, ClientError, CtlArgs, LinkControl, LinkView, BODY_LIMIT,
-    OPENMETRICS_CONTENT_TYPE,
+    serve, AdminState, Client, ClientError, CtlArgs, LinkControl, LinkView, WanoptControl,
+    WanoptGroup, WanoptStats, BODY_LIMIT, OPENMETRICS_CONTENT_TYPE,
 };
 use headway_config::LinkSpec;
 use headway_link::Params;
@@ -112,6 +112,10 @@ struct Server {
 
 impl Server {
     fn start(token: Option<&str>) -> Server {
+        Server::start_with(token, None)
+    }
+
+    fn start_with(token: Option<&str>, wanopt: Option<Arc<dyn WanoptControl>>) -> Server {
         // Bound (and listening) before the first request is sent, so no readiness wait.
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
@@ -121,7 +125,8 @@ impl Server {
         let frames = Counter::<u64>::default();
         frames.inc_by(7);
         registry.register("test_frames", "Frames seen by the test double", frames);
-        let state = AdminState::new(links.clone(), registry, token.map(String::from));
+        let state =
+            AdminState::with_wanopt(links.clone(), wanopt, registry, token.map(String::from));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -589,4 +594,59 @@ fn ctl_prints_tables_and_changes_links() {
         ctl(&server, &["link", "set", "wan"]).is_err(),
         "a spec is required"
     );
+}
+
+/// A fixed WAN-optimizer snapshot.
+struct FakeWanopt;
+
+impl WanoptControl for FakeWanopt {
+    fn stats(&self) -> WanoptStats {
+        WanoptStats {
+            groups: vec![WanoptGroup {
+                peer: "dc".into(),
+                class: "dedup-memory".into(),
+                lan_out: 4096,
+                wan_in: 1024,
+                flows_optimized: 3,
+                ..WanoptGroup::default()
+            }],
+            ..WanoptStats::default()
+        }
+    }
+}
+
+#[test]
+fn wanopt_stats_answer_404_without_an_appliance_and_json_table_and_metrics_with_one() {
+    let none = Server::start(None);
+    let e = none.client(None).wanopt_stats().unwrap_err();
+    assert_eq!(api_status(&e), 404);
+    assert!(e.to_string().contains("add a [wanopt] section"), "{e}");
+    let err = ctl(&none, &["wanopt", "stats"]).unwrap_err().to_string();
+    assert!(err.contains("no WAN optimizer runs"), "{err}");
+
+    let server = Server::start_with(None, Some(Arc::new(FakeWanopt)));
+    let s = server.client(None).wanopt_stats().unwrap();
+    assert_eq!(s.groups[0].flows_optimized, 3);
+    let (status, _, body) = server.raw("GET", "/wanopt/stats", &[], b"");
+    assert_eq!(status, 200, "{body}");
+    let json = ctl(&server, &["wanopt", "stats", "--json"]).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["groups"][0]["lan_out"], 4096);
+    let table = ctl(&server, &["wanopt", "stats"]).unwrap();
+    assert!(
+        table.contains("dedup-memory") && table.contains("75.0%"),
+        "{table}"
+    );
+    let metrics = server.client(None).metrics_text().unwrap();
+    assert!(
+        metrics.contains(
+            "headway_wanopt_flows_total{peer=\"dc\",class=\"dedup-memory\",outcome=\"optimized\",reason=\"\"} 3"
+        ),
+        "{metrics}"
+    );
+    assert!(!none
+        .client(None)
+        .metrics_text()
+        .unwrap()
+        .contains("headway_wanopt_"));
 }
