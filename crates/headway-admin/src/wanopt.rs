@@ -51,6 +51,7 @@ pub struct WanoptStats {
 /// The counters of one peer and service class, seen from this appliance: LAN = local TCP
 /// sockets (clients or servers), WAN = tunnel streams.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct WanoptGroup {
     /// The peer's configured name.
     pub peer: String,
@@ -69,7 +70,6 @@ pub struct WanoptGroup {
     /// Tunnelled flows that ended in a reset or error.
     pub flows_failed: u64,
     /// Flows connected directly (fail-open), by reason.
-    #[serde(default)]
     pub flows_passed_through: BTreeMap<String, u64>,
 }
 
@@ -91,6 +91,7 @@ impl WanoptGroup {
 
 /// The size and hit rate of one chunk store.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct WanoptStore {
     /// Which store: `memory` or `disk`.
     pub store: String,

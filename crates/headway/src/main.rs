@@ -5,9 +5,10 @@
 //!
 //! | subcommand | what it does | where it lives |
 //! |---|---|---|
-//! | `run -c FILE` | starts the roles the TOML file configures (emulated links, admin API) | [`roles`] |
+//! | `run -c FILE` | starts the roles the TOML file configures (emulated links, WAN optimizer, admin API) | [`roles`], [`wanopt`] |
 //! | `check -c FILE` | validates a config file (exit 64 with file:line:col on error) | `headway-config` |
 //! | `ctl …` | client of a running instance's admin API | `headway-admin` |
+//! | `wanopt identity\|fingerprint\|dedup-key` | the certificate, key, fingerprint and dedup key a `[wanopt]` section needs | [`wanopt`] |
 //! | `emulate …` | one emulated WAN link between two interfaces, with its admin API | [`roles`], `headway-emulator` |
 //! | `origin …` | the lab's HTTP origin server | `headway-origin` |
 //! | `lab …` | network-namespace topologies, calibration | `headway-lab` |
@@ -20,6 +21,7 @@
 
 mod exit;
 mod roles;
+mod wanopt;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,12 +55,16 @@ enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Start the roles configured in a TOML file (emulated links, admin API).
+    /// Start the roles configured in a TOML file (emulated links, WAN optimizer, admin API).
     Run(ConfigArgs),
     /// Validate a config file; exit 64 with file, line and what to change if it is wrong.
     Check(ConfigArgs),
     /// Talk to a running instance's admin API.
     Ctl(headway_admin::CtlArgs),
+    /// Make the files a [wanopt] section needs: identity (certificate and key), fingerprint,
+    /// dedup key.
+    #[command(subcommand)]
+    Wanopt(wanopt::WanoptCommand),
     /// Emulate a WAN link between two interfaces (bridge mode, AF_PACKET; needs root).
     Emulate(roles::EmulateArgs),
     /// Serve the lab's deterministic HTTP corpus.
@@ -123,6 +129,7 @@ fn dispatch(command: Command) -> Result<(), Failure> {
         Command::Run(a) => roles::run(&a.config),
         Command::Check(a) => roles::check(&a.config),
         Command::Ctl(a) => headway_admin::run(a).map_err(Failure::from_anyhow),
+        Command::Wanopt(c) => wanopt::command(c),
         Command::Emulate(a) => roles::emulate(a),
         Command::Origin(a) => headway_origin::run(a).map_err(Failure::from_anyhow),
         Command::Lab(c) => headway_lab::run(c).map_err(Failure::from_anyhow),

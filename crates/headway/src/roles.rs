@@ -1,18 +1,20 @@
-//! Wiring of the roles a running instance plays: today, emulated WAN links and the admin API.
+//! Wiring of the roles a running instance plays: emulated WAN links, the WAN-optimizer
+//! appliance ([`crate::wanopt`]) and the admin API.
 //!
 //! `headway emulate` is the one-link shortcut of `headway run`: both build the same
-//! [`headway_config::Config`] and hand it to [`serve`], which starts one
-//! [`headway_emulator::Bridge`] per link, the admin API, and waits for SIGINT/SIGTERM.
-//! Everything that can be wrong with the config or the machine (bad spec, unknown interface,
-//! not root, admin port in use) is detected before `ready` is printed and exits 64.
+//! [`headway_config::Config`] parts and hand them to [`serve`], which starts one
+//! [`headway_emulator::Bridge`] per link, the appliance when `[wanopt]` is present, the admin
+//! API, and waits for SIGINT/SIGTERM. Everything that can be wrong with the config or the
+//! machine (bad spec, unknown interface, not root, a port in use, a certificate that does not
+//! load) is detected before `ready` is printed and exits 64.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use headway_admin::{AdminState, LinkControl, LinkView};
-use headway_config::{AdminConfig, Config, LinkConfig, LinkSpec};
+use headway_admin::{AdminState, LinkControl, LinkView, WanoptControl};
+use headway_config::{AdminConfig, Config, LinkConfig, LinkSpec, WanoptConfig};
 use headway_emulator::{Bridge, BridgeConfig, BridgeHandle, Direction, Tuning};
 use headway_link::Params;
 
@@ -85,7 +87,7 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
         realtime: args.realtime,
     };
     let admin = AdminConfig::new(args.admin, args.token).map_err(|e| usage(e.into()))?;
-    serve(admin, vec![link])
+    serve(admin, vec![link], None)
 }
 
 /// `headway check -c FILE`.
@@ -108,17 +110,70 @@ pub fn check(path: &Path) -> Result<(), Failure> {
             ))
             .collect::<String>()
     );
+    if let Some(w) = &cfg.wanopt {
+        println!("{}", wanopt_summary(w));
+    }
     Ok(())
+}
+
+/// What `check` says about a valid `[wanopt]`.
+fn wanopt_summary(w: &WanoptConfig) -> String {
+    let mut s = format!(
+        "  wanopt: tunnel on {}, {} peer(s), {} service(s), memory store {}{}{}",
+        w.tunnel_listen,
+        w.peers.len(),
+        w.services.len(),
+        w.memory_store,
+        w.disk_store
+            .as_ref()
+            .map(|d| format!(", disk store {} in {}", d.size, d.dir.display()))
+            .unwrap_or_default(),
+        w.intercept
+            .as_ref()
+            .map(|i| format!(
+                ", intercepting on {} ({} rule(s))",
+                i.interfaces.join(", "),
+                i.rules.len()
+            ))
+            .unwrap_or_default(),
+    );
+    for p in &w.peers {
+        s.push_str(&format!(
+            "\n    peer {} at {}: link {}, rtt {}",
+            p.name,
+            p.address,
+            p.link_rate,
+            headway_core::units::format_duration(p.rtt)
+        ));
+    }
+    for v in &w.services {
+        s.push_str(&format!(
+            "\n    service {}: {} -> {} via {} ({})",
+            v.id,
+            v.listen,
+            v.target,
+            v.peer,
+            v.class.as_str()
+        ));
+    }
+    s
 }
 
 /// `headway run -c FILE`.
 pub fn run(path: &Path) -> Result<(), Failure> {
     let cfg = Config::from_file(path).map_err(|e| Failure::Usage(e.into()))?;
-    serve(cfg.admin, cfg.links)
+    serve(cfg.admin, cfg.links, cfg.wanopt.as_ref())
 }
 
-/// Starts every link and the admin API, prints `ready`, and runs until SIGINT/SIGTERM.
-fn serve(admin: AdminConfig, links: Vec<LinkConfig>) -> Result<(), Failure> {
+/// Starts every link, the WAN optimizer if configured, and the admin API, prints `ready`, and
+/// runs until SIGINT/SIGTERM.
+fn serve(
+    admin: AdminConfig,
+    links: Vec<LinkConfig>,
+    wanopt: Option<&WanoptConfig>,
+) -> Result<(), Failure> {
+    // Loads the identity before anything starts: a bad certificate is reported first.
+    let appliance = wanopt.map(crate::wanopt::appliance_config).transpose()?;
     let mut bridges = Vec::with_capacity(links.len());
     for l in links {
         let seed = l.seed.unwrap_or_else(headway_core::Rng::seed_from_entropy);
@@ -145,8 +200,9 @@ fn serve(admin: AdminConfig, links: Vec<LinkConfig>) -> Result<(), Failure> {
     for h in &handles {
         h.register(&mut registry);
     }
+    // The appliance's flows (codec work on both directions) get a second worker.
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+        .worker_threads(if appliance.is_some() { 2 } else { 1 })
         .enable_all()
         .build()
         .context("cannot start the async runtime")
@@ -156,17 +212,26 @@ fn serve(admin: AdminConfig, links: Vec<LinkConfig>) -> Result<(), Failure> {
             .await
             .with_context(|| format!("cannot listen on {} for the admin API", admin.listen))
             .map_err(Failure::Usage)?;
-        let state = AdminState::new(
+        let view = match appliance {
+            Some(cfg) => Some(crate::wanopt::start(cfg).await?),
+            None => None,
+        };
+        let state = AdminState::with_wanopt(
             Arc::new(EmulatedLinks { handles }),
+            view.clone().map(|v| v as Arc<dyn WanoptControl>),
             registry,
             admin.token.clone(),
         );
         println!("ready");
         tracing::info!(admin = %admin.listen, "serving");
-        headway_admin::serve(listener, state, shutdown_signal())
+        let served = headway_admin::serve(listener, state, shutdown_signal())
             .await
             .context("admin API failed")
-            .map_err(Failure::Runtime)
+            .map_err(Failure::Runtime);
+        if let Some(v) = view {
+            v.stop();
+        }
+        served
     });
     for b in bridges {
         let stats = b.stop();
