@@ -36,9 +36,23 @@
 //! held down for [`ApplianceConfig::retry_after`]: its new flows fail open at once with the
 //! same reason. Every flow is its own task: one failing flow never disturbs the others.
 //!
+//! # Stores
+//!
+//! | class          | chunk store                                                      |
+//! |----------------|------------------------------------------------------------------|
+//! | `dedup-memory` | the appliance's `MemoryStore` ([`ApplianceConfig::memory_store_bytes`]) |
+//! | `dedup-disk`   | the appliance's `DiskStore` ([`ApplianceConfig::disk_store`]), persistent across restarts; the memory store if none is configured |
+//! | `compress`, `pass-through` | none (the codec does not deduplicate)                  |
+//!
+//! Each side of a flow picks its store from the class in the flow header, so both ends of a
+//! `dedup-disk` flow use their disk stores. [`ApplianceStats::stores`] gives each store's size
+//! and hit rate (chunks the encoder found the peer already held / chunks encoded).
+//!
 //! # Invariants
 //!
-//! - One `MemoryStore` per appliance, shared by all flows and peers (entries are per peer).
+//! - One `MemoryStore` per appliance, shared by all flows and peers (entries are per peer), and
+//!   at most one `headway_store::DiskStore`, opened at start, synced every second and closed
+//!   (flushed, directory released) at shutdown; see "Stores" above.
 //! - No unbounded buffers on the data path (see [`pump`]).
 
 #![forbid(unsafe_code)]
@@ -46,13 +60,14 @@
 pub mod intercept;
 pub mod pump;
 pub mod stats;
+mod store;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use headway_dedup::{ChunkStore, DedupKey, MemoryStore, Mode};
+use headway_dedup::{DedupKey, Mode};
 use headway_tunnel::{
     BindError, ConnectError, Connection, Endpoint, EndpointStats, FlowHeader, Identity,
     InboundFlow, Options, PeerConfig, PeerId, ServiceClass, ServiceId,
@@ -65,10 +80,14 @@ use tracing::{debug, debug_span, warn, Instrument};
 
 pub use intercept::{InterceptConfig, InterceptRule};
 pub use pump::PumpError;
-pub use stats::{ApplianceStats, GroupStats, Stats};
+pub use stats::{ApplianceStats, GroupStats, Stats, StoreUsage};
 
 use crate::pump::FlowCodec;
 use crate::stats::Counters;
+use crate::store::Stores;
+
+/// How often the disk store's appended data is synced (besides at shutdown).
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 /// One explicit service: clients connect to `listen`, the peer connects on to `target`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +148,9 @@ pub enum StartError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The disk store could not be opened (the message includes the OS error).
+    #[error("disk store: {}", error_chain(.0))]
+    Store(#[source] headway_store::StoreError),
     /// A service names a peer that is not configured.
     #[error("service {id:?}: unknown peer {peer:?}")]
     UnknownPeer {
@@ -152,7 +174,7 @@ pub struct Appliance {
 #[derive(Debug)]
 struct Shared {
     endpoint: Endpoint,
-    store: Arc<MemoryStore>,
+    stores: Stores,
     key: DedupKey,
     stats: Stats,
     retry_after: Duration,
@@ -164,7 +186,8 @@ struct Shared {
 impl Appliance {
     /// Binds the tunnel endpoint and the service listeners and starts serving. Must be called
     /// inside a tokio runtime. Cancel-safe: nothing is spawned before the last await, so a
-    /// dropped call leaves no task or socket behind.
+    /// dropped call leaves no task or socket behind (a disk store being opened in a blocking
+    /// task is closed again when that task finishes).
     pub async fn start(cfg: ApplianceConfig) -> Result<Self, StartError> {
         let mut resolved = Vec::new();
         for s in &cfg.services {
@@ -184,6 +207,23 @@ impl Appliance {
                     })?;
             resolved.push((s.clone(), PeerId(peer), listener));
         }
+        let (memory, disk) = (cfg.memory_store_bytes, cfg.disk_store.clone());
+        let dir = disk
+            .as_ref()
+            .and_then(|d| d.dir.clone())
+            .unwrap_or_default();
+        // Opening a disk store reads its whole index: blocking I/O, off the async workers.
+        let stores = match tokio::task::spawn_blocking(move || Stores::open(memory, disk)).await {
+            Ok(r) => r.map_err(StartError::Store)?,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => {
+                return Err(StartError::Store(headway_store::StoreError::Io {
+                    op: "open",
+                    path: dir,
+                    source: std::io::Error::other(e),
+                }))
+            }
+        };
         let endpoint = Endpoint::bind_with(
             cfg.tunnel_listen,
             &cfg.identity,
@@ -192,7 +232,7 @@ impl Appliance {
         )?;
         let shared = Arc::new(Shared {
             endpoint,
-            store: Arc::new(MemoryStore::new(cfg.memory_store_bytes)),
+            stores,
             key: cfg.dedup_key,
             stats: Stats::default(),
             retry_after: cfg.retry_after,
@@ -210,6 +250,9 @@ impl Appliance {
             ));
         }
         tasks.push(tokio::spawn(accept_flows(shared.clone())));
+        if let Some(disk) = shared.stores.disk() {
+            tasks.push(tokio::spawn(flush_periodically(disk)));
+        }
         Ok(Self {
             shared,
             services,
@@ -237,17 +280,24 @@ impl Appliance {
         self.shared.endpoint.stats()
     }
 
-    /// A snapshot of the counters.
+    /// A snapshot of the counters and of the stores' usage.
     pub fn stats(&self) -> ApplianceStats {
-        self.shared.stats.snapshot()
+        let mut s = self.shared.stats.snapshot();
+        s.stores = self.shared.stores.usage(&s.groups);
+        s
     }
 
-    /// Stops the listeners and closes the tunnel (flows in progress are cut).
+    /// Stops the listeners, closes the tunnel (flows in progress are cut), then flushes and
+    /// closes the disk store, releasing its directory (a new appliance may open it at once).
+    /// Idempotent. Blocks for the final sync of the disk store.
     pub fn shutdown(&mut self) {
         for t in self.tasks.drain(..) {
             t.abort();
         }
         self.shared.endpoint.close();
+        if let Err(e) = self.shared.stores.close() {
+            warn!(error = %error_chain(&e), "flushing the disk store at shutdown failed");
+        }
     }
 }
 
@@ -257,7 +307,34 @@ impl Drop for Appliance {
     }
 }
 
-/// The codec mode a service class asks for. The disk class uses the memory store for now.
+/// Syncs the disk store every [`FLUSH_EVERY`], off the async workers, until aborted.
+async fn flush_periodically(disk: Arc<store::DiskSlot>) {
+    let mut tick = tokio::time::interval(FLUSH_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let d = disk.clone();
+        match tokio::task::spawn_blocking(move || d.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %error_chain(&e), "flushing the disk store failed"),
+            Err(_) => return,
+        }
+    }
+}
+
+/// An error and its sources, `: `-separated (a store error's own message names only the file).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    s
+}
+
+/// The codec mode a service class asks for (the store is [`Stores::for_class`]'s).
 fn mode(class: ServiceClass) -> Mode {
     match class {
         ServiceClass::PassThrough => Mode::Passthrough,
@@ -271,7 +348,7 @@ impl Shared {
         FlowCodec {
             mode: mode(class),
             peer: headway_dedup::PeerId(u32::try_from(peer.0).unwrap_or(u32::MAX)),
-            store: self.store.clone() as Arc<dyn ChunkStore>,
+            store: self.stores.for_class(class),
             key: self.key.clone(),
         }
     }

@@ -191,11 +191,13 @@ async fn upstream(
     let mut local_done = false;
     let mut peer_done = false;
     let mut unflushed = false;
+    let mut chunks_seen = ChunksSeen::default();
     loop {
         while let Some(b) = enc.poll_transmit() {
             send.write_all(&b).await.map_err(PumpError::WanWrite)?;
             Counters::add(&c.wan_out, b.len() as u64);
         }
+        chunks_seen.count(&enc, c);
         if lan_eof && local_done && peer_done {
             // RFC 9000 §3.1: FIN after everything was written; the peer still reads it all.
             let _ = send.finish();
@@ -243,6 +245,28 @@ async fn upstream(
                 unflushed = false;
             }
         }
+    }
+}
+
+/// The encoder's chunk counts already added to the counters (they are per encoder; the
+/// counters are per group and per store, so the pump adds the increments as they happen).
+#[derive(Default)]
+struct ChunksSeen {
+    encoded: u64,
+    peer_held: u64,
+}
+
+impl ChunksSeen {
+    fn count(&mut self, enc: &Encoder, c: &Counters) {
+        let s = enc.stats();
+        let encoded = s.chunks_literal + s.chunks_referenced;
+        Counters::add(&c.chunks_encoded, encoded.saturating_sub(self.encoded));
+        Counters::add(
+            &c.chunks_peer_held,
+            s.chunks_referenced.saturating_sub(self.peer_held),
+        );
+        self.encoded = encoded;
+        self.peer_held = s.chunks_referenced;
     }
 }
 

@@ -36,6 +36,10 @@ pub struct Counters {
     pub needs_sent: AtomicU64,
     /// Needs from the peer our encoders answered.
     pub needs_served: AtomicU64,
+    /// Chunks our encoders cut from LAN data (dedup classes).
+    pub chunks_encoded: AtomicU64,
+    /// Of those, chunks the peer already held (sent as references).
+    pub chunks_peer_held: AtomicU64,
     passed_through: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -85,6 +89,8 @@ impl Stats {
                 flows_failed: c.flows_failed.load(Ordering::Relaxed),
                 needs_sent: c.needs_sent.load(Ordering::Relaxed),
                 needs_served: c.needs_served.load(Ordering::Relaxed),
+                chunks_encoded: c.chunks_encoded.load(Ordering::Relaxed),
+                chunks_peer_held: c.chunks_peer_held.load(Ordering::Relaxed),
                 flows_passed_through: c
                     .passed_through
                     .lock()
@@ -93,7 +99,10 @@ impl Stats {
                     .collect(),
             })
             .collect();
-        ApplianceStats { groups }
+        ApplianceStats {
+            groups,
+            stores: Vec::new(),
+        }
     }
 }
 
@@ -102,6 +111,8 @@ impl Stats {
 pub struct ApplianceStats {
     /// One entry per (peer, class) that saw a flow, sorted by peer then class.
     pub groups: Vec<GroupStats>,
+    /// The chunk stores: `memory`, then `disk` if one is configured.
+    pub stores: Vec<StoreUsage>,
 }
 
 impl ApplianceStats {
@@ -121,6 +132,8 @@ impl ApplianceStats {
             t.flows_failed += g.flows_failed;
             t.needs_sent += g.needs_sent;
             t.needs_served += g.needs_served;
+            t.chunks_encoded += g.chunks_encoded;
+            t.chunks_peer_held += g.chunks_peer_held;
             for (k, v) in &g.flows_passed_through {
                 *t.flows_passed_through.entry(k.clone()).or_default() += v;
             }
@@ -152,6 +165,10 @@ pub struct GroupStats {
     pub needs_sent: u64,
     /// Needs from the peer our encoders answered.
     pub needs_served: u64,
+    /// Chunks our encoders cut from LAN data (dedup classes).
+    pub chunks_encoded: u64,
+    /// Of those, chunks the peer already held (sent as references).
+    pub chunks_peer_held: u64,
     /// Flows connected directly (fail-open), by reason.
     pub flows_passed_through: BTreeMap<String, u64>,
 }
@@ -160,6 +177,51 @@ impl GroupStats {
     /// WAN bytes both ways.
     pub fn wan_bytes(&self) -> u64 {
         self.wan_in + self.wan_out
+    }
+}
+
+/// The size and hit rate of one chunk store.
+///
+/// Serialized with its [`StoreUsage::hit_rate`] as an extra `hit_rate` field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreUsage {
+    /// Which store: `memory` or `disk`.
+    pub store: &'static str,
+    /// Bytes held (chunk data in RAM for `memory`, segment files for `disk`).
+    pub bytes: u64,
+    /// Distinct chunks held.
+    pub chunks: u64,
+    /// The configured bound on `bytes`.
+    pub capacity: u64,
+    /// Chunks encoded by the flows whose class uses this store.
+    pub chunks_encoded: u64,
+    /// Of those, chunks the peer already held.
+    pub chunks_peer_held: u64,
+}
+
+impl StoreUsage {
+    /// `chunks_peer_held / chunks_encoded` (0 before any chunk was encoded).
+    pub fn hit_rate(&self) -> f64 {
+        if self.chunks_encoded == 0 {
+            0.0
+        } else {
+            self.chunks_peer_held as f64 / self.chunks_encoded as f64
+        }
+    }
+}
+
+impl Serialize for StoreUsage {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("StoreUsage", 7)?;
+        st.serialize_field("store", self.store)?;
+        st.serialize_field("bytes", &self.bytes)?;
+        st.serialize_field("chunks", &self.chunks)?;
+        st.serialize_field("capacity", &self.capacity)?;
+        st.serialize_field("chunks_encoded", &self.chunks_encoded)?;
+        st.serialize_field("chunks_peer_held", &self.chunks_peer_held)?;
+        st.serialize_field("hit_rate", &self.hit_rate())?;
+        st.end()
     }
 }
 

@@ -8,6 +8,7 @@ use headway_core::rng::Rng;
 use headway_core::Rate;
 use headway_dedup::DedupKey;
 use headway_origin::corpus::{fill, Kind};
+use headway_store::StoreConfig;
 use headway_tunnel::{Identity, Options, PeerConfig, ServiceClass, ServiceId};
 use headway_wanopt::{Appliance, ApplianceConfig, ServiceConfig};
 use sha2::{Digest, Sha256};
@@ -76,6 +77,24 @@ async fn reply_after_eof_server(reply: Vec<u8>) -> SocketAddr {
     at
 }
 
+/// An origin that sends `file` to every client, then closes.
+async fn file_server(file: Vec<u8>) -> SocketAddr {
+    let l = TcpListener::bind(LOCAL).await.unwrap();
+    let at = l.local_addr().unwrap();
+    let file = std::sync::Arc::new(file);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let file = file.clone();
+            tokio::spawn(async move {
+                if s.write_all(&file).await.is_ok() {
+                    let _ = s.shutdown().await;
+                }
+            });
+        }
+    });
+    at
+}
+
 /// Sends `data` (then FIN) while reading the whole reply.
 async fn exchange(to: SocketAddr, data: &[u8]) -> Vec<u8> {
     let s = TcpStream::connect(to).await.unwrap();
@@ -113,12 +132,43 @@ enum Far {
 }
 
 async fn pair(target: SocketAddr, class: ServiceClass, far: Far) -> Pair {
-    pair_with(target, class, far, 256 << 20).await
+    pair_with(target, class, far, 256 << 20, None).await
 }
 
-async fn pair_with(target: SocketAddr, class: ServiceClass, far: Far, b_store: u64) -> Pair {
-    let id_a = Identity::generate().unwrap();
-    let id_b = Identity::generate().unwrap();
+/// What a pair keeps across restarts: identities and disk store directories.
+struct Disks {
+    id_a: Identity,
+    id_b: Identity,
+    dir_a: tempfile::TempDir,
+    dir_b: tempfile::TempDir,
+}
+
+impl Disks {
+    fn new() -> Self {
+        Disks {
+            id_a: Identity::generate().unwrap(),
+            id_b: Identity::generate().unwrap(),
+            dir_a: tempfile::tempdir().unwrap(),
+            dir_b: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn store(dir: &tempfile::TempDir) -> Option<StoreConfig> {
+        Some(StoreConfig::disk(dir.path(), 256 << 20))
+    }
+}
+
+async fn pair_with(
+    target: SocketAddr,
+    class: ServiceClass,
+    far: Far,
+    b_store: u64,
+    disks: Option<&Disks>,
+) -> Pair {
+    let (id_a, id_b) = match disks {
+        Some(d) => (d.id_a.clone(), d.id_b.clone()),
+        None => (Identity::generate().unwrap(), Identity::generate().unwrap()),
+    };
     let options = Options {
         handshake_timeout: Duration::from_secs(1),
         ..Options::default()
@@ -138,7 +188,7 @@ async fn pair_with(target: SocketAddr, class: ServiceClass, far: Far, b_store: u
             memory_store_bytes: b_store,
             retry_after: Duration::from_secs(600),
             services: vec![],
-            disk_store: None,
+            disk_store: disks.and_then(|d| Disks::store(&d.dir_b)),
             intercept: None,
         })
         .await
@@ -166,7 +216,7 @@ async fn pair_with(target: SocketAddr, class: ServiceClass, far: Far, b_store: u
             target,
             class,
         }],
-        disk_store: None,
+        disk_store: disks.and_then(|d| Disks::store(&d.dir_a)),
         intercept: None,
     })
     .await
@@ -303,7 +353,14 @@ async fn diverged_stores_are_repaired_through_the_back_channel() {
     // A (256 MiB) still believes B holds all of X, so when X comes again B's decoder cannot
     // resolve A's references: it sends needs in-band, A's encoder replies, the bytes stay exact.
     let origin = echo_server().await;
-    let p = pair_with(origin, ServiceClass::DedupMemory, Far::Running, 16 << 20).await;
+    let p = pair_with(
+        origin,
+        ServiceClass::DedupMemory,
+        Far::Running,
+        16 << 20,
+        None,
+    )
+    .await;
     let x = data(Kind::Doc, 8 << 20, 11);
     let y = data(Kind::Doc, 12 << 20, 12);
     for d in [&x, &y, &x] {
@@ -459,4 +516,124 @@ async fn a_reset_flow_does_not_disturb_the_others() {
     assert_eq!(sha(&good.await.unwrap()), sha(&big));
     let s = p.a.stats().total();
     assert_eq!(s.flows_optimized, 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_disk_class_remembers_across_restarts() {
+    let file = data(Kind::Doc, 20 << 20, 31);
+    let origin = file_server(file.clone()).await;
+    let disks = Disks::new();
+    let p = pair_with(
+        origin,
+        ServiceClass::DedupDisk,
+        Far::Running,
+        256 << 20,
+        Some(&disks),
+    )
+    .await;
+    for _ in 0..2 {
+        assert_eq!(sha(&exchange(p.service(), b"").await), sha(&file));
+    }
+    let warm = p.a.stats();
+    eprintln!("before restart: {:?}\n{:?}", warm.total(), warm.stores);
+    let disk = warm.stores.iter().find(|s| s.store == "disk").unwrap();
+    assert!(
+        disk.chunks > 0 && disk.bytes >= file.len() as u64 / 2,
+        "{disk:?}"
+    );
+    assert_eq!(disk.capacity, 256 << 20);
+    // The memory store saw none of it: the class went to the disk store.
+    assert_eq!(warm.stores[0].chunks, 0);
+    // B encoded the file twice; the second time its chunks were all held by A.
+    let b_disk = p.b.as_ref().unwrap().stats().stores[1];
+    assert!(b_disk.hit_rate() > 0.45, "{b_disk:?}");
+    drop(p);
+
+    let p = pair_with(
+        origin,
+        ServiceClass::DedupDisk,
+        Far::Running,
+        256 << 20,
+        Some(&disks),
+    )
+    .await;
+    assert_eq!(sha(&exchange(p.service(), b"").await), sha(&file));
+    let s = p.a.stats();
+    let b = p.b.as_ref().unwrap().stats();
+    eprintln!(
+        "after restart: a {:?}\nb {:?}\n{:?}",
+        s.total(),
+        b.total(),
+        b.stores
+    );
+    assert!(
+        s.total().wan_bytes() * 100 <= file.len() as u64,
+        "the third fetch put {} bytes on the wan",
+        s.total().wan_bytes()
+    );
+    assert!(b.stores[1].hit_rate() > 0.99, "{:?}", b.stores[1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_disk_store_still_gives_exact_output() {
+    let file = data(Kind::Doc, 8 << 20, 32);
+    let origin = file_server(file.clone()).await;
+    let disks = Disks::new();
+    let p = pair_with(
+        origin,
+        ServiceClass::DedupDisk,
+        Far::Running,
+        256 << 20,
+        Some(&disks),
+    )
+    .await;
+    assert_eq!(sha(&exchange(p.service(), b"").await), sha(&file));
+    drop(p);
+    // A (the decoding side of a fetch) forgets everything; B still believes A holds the file.
+    for e in std::fs::read_dir(disks.dir_a.path()).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
+    let p = pair_with(
+        origin,
+        ServiceClass::DedupDisk,
+        Far::Running,
+        256 << 20,
+        Some(&disks),
+    )
+    .await;
+    assert_eq!(sha(&exchange(p.service(), b"").await), sha(&file));
+    let a = p.a.stats().total();
+    eprintln!("after wiping a: {a:?}");
+    assert!(
+        a.needs_sent > 0,
+        "the stores never diverged: the test proves nothing"
+    );
+    assert_eq!(a.flows_failed, 0);
+}
+
+#[tokio::test]
+async fn a_disk_store_that_cannot_be_opened_fails_the_start() {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let err = Appliance::start(ApplianceConfig {
+        identity: Identity::generate().unwrap(),
+        tunnel_listen: addr(LOCAL),
+        peers: vec![],
+        tunnel_options: Options::default(),
+        dedup_key: key(),
+        memory_store_bytes: 1 << 20,
+        retry_after: Duration::from_secs(1),
+        services: vec![],
+        // A regular file where the store's directory should be.
+        disk_store: Some(StoreConfig::disk(file.path(), 256 << 20)),
+        intercept: None,
+    })
+    .await
+    .unwrap_err();
+    let msg = err.to_string();
+    eprintln!("{msg}");
+    assert!(
+        matches!(err, headway_wanopt::StartError::Store(_)),
+        "{err:?}"
+    );
+    assert!(msg.starts_with("disk store: ") && msg.contains(&file.path().display().to_string()));
 }
