@@ -174,6 +174,9 @@ fn serve(
 ) -> Result<(), Failure> {
     // Loads the identity before anything starts: a bad certificate is reported first.
     let appliance = wanopt.map(crate::wanopt::appliance_config).transpose()?;
+    let identity_files = wanopt
+        .map(crate::wanopt::identity_files)
+        .unwrap_or_default();
     let mut bridges = Vec::with_capacity(links.len());
     for l in links {
         let seed = l.seed.unwrap_or_else(headway_core::Rng::seed_from_entropy);
@@ -213,7 +216,7 @@ fn serve(
             .with_context(|| format!("cannot listen on {} for the admin API", admin.listen))
             .map_err(Failure::Usage)?;
         let view = match appliance {
-            Some(cfg) => Some(crate::wanopt::start(cfg).await?),
+            Some(cfg) => Some(crate::wanopt::start(cfg, &identity_files).await?),
             None => None,
         };
         let state = AdminState::with_wanopt(

@@ -22,7 +22,9 @@ use headway_config::wanopt::ServiceClass as ConfigClass;
 use headway_config::WanoptConfig;
 use headway_dedup::DedupKey;
 use headway_tunnel::{Fingerprint, Identity, Options, PeerConfig, ServiceClass, ServiceId};
-use headway_wanopt::{Appliance, ApplianceConfig, InterceptConfig, InterceptRule, ServiceConfig};
+use headway_wanopt::{
+    Appliance, ApplianceConfig, InterceptConfig, InterceptRule, ServiceConfig, StartError,
+};
 use parking_lot::Mutex;
 
 use crate::exit::Failure;
@@ -158,10 +160,9 @@ pub fn appliance_config(w: &WanoptConfig) -> Result<ApplianceConfig, Failure> {
     let identity = Identity::from_pem(&w.cert_pem, &w.key_pem)
         .with_context(|| {
             format!(
-                "[wanopt] cert_file {} / key_file {}: cannot load the identity (regenerate both \
-                 with `headway wanopt identity`)",
-                w.cert_file.display(),
-                w.key_file.display()
+                "[wanopt] {}: the certificate or key is not usable (regenerate both with \
+                 `headway wanopt identity`)",
+                identity_files(w)
             )
         })
         .map_err(Failure::Usage)?;
@@ -231,11 +232,21 @@ fn class(c: ConfigClass) -> ServiceClass {
 }
 
 /// Starts the appliance (inside the runtime). Every failure here — a port in use, a store
-/// directory that cannot be opened, interception without root — is a usage error.
-pub async fn start(cfg: ApplianceConfig) -> Result<Arc<ApplianceView>, Failure> {
+/// directory that cannot be opened, interception without root, a certificate rustls refuses —
+/// is a usage error; `files` names the identity files for the last case.
+pub async fn start(cfg: ApplianceConfig, files: &str) -> Result<Arc<ApplianceView>, Failure> {
     let tunnel = cfg.tunnel_listen;
     let appliance = Appliance::start(cfg).await.map_err(|e| {
-        Failure::Usage(anyhow::Error::new(e).context("cannot start the WAN optimizer"))
+        let tls = matches!(e, StartError::Tunnel(headway_tunnel::BindError::Tls(_)));
+        let e = anyhow::Error::new(e).context("cannot start the WAN optimizer");
+        Failure::Usage(if tls {
+            e.context(format!(
+                "[wanopt] {files}: the certificate or key is not usable (regenerate both with \
+                 `headway wanopt identity`)"
+            ))
+        } else {
+            e
+        })
     })?;
     tracing::info!(
         tunnel = %appliance.tunnel_addr().map_or(tunnel, |a| a),
@@ -243,6 +254,15 @@ pub async fn start(cfg: ApplianceConfig) -> Result<Arc<ApplianceView>, Failure> 
         "WAN optimizer running"
     );
     Ok(Arc::new(ApplianceView(Mutex::new(Some(appliance)))))
+}
+
+/// `cert_file … / key_file …`, for messages about the identity.
+pub fn identity_files(w: &WanoptConfig) -> String {
+    format!(
+        "cert_file {} / key_file {}",
+        w.cert_file.display(),
+        w.key_file.display()
+    )
 }
 
 /// The running appliance as the admin API sees it; empty after [`ApplianceView::stop`].

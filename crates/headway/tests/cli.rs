@@ -532,3 +532,361 @@ fn demo_downloads_and_verifies_a_file_over_lan_and_wan() {
         assert!(dir.path().join(f).is_file(), "missing {f}");
     }
 }
+
+/// A child process killed (and reaped) on drop, so a failing test leaves nothing running.
+struct Running(Child);
+
+impl Running {
+    /// Sends SIGTERM and returns how the process ended.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill").arg(self.0.id().to_string()).status();
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A loopback port that was free a moment ago (TCP or UDP).
+fn free_port(udp: bool) -> u16 {
+    if udp {
+        std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    } else {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+}
+
+/// `headway run -c cfg`, waited for until it prints `ready`.
+fn run_until_ready(cfg: &Path) -> Running {
+    let child = Command::new(bin())
+        .args(["run", "-c"])
+        .arg(cfg)
+        .env("RUST_BACKTRACE", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut running = Running(child);
+    wait_for_ready(&mut running.0);
+    running
+}
+
+/// `headway origin` on `addr`, waited for until it answers `/healthz`.
+fn origin(addr: std::net::SocketAddr) -> Running {
+    let child = Command::new(bin())
+        .args(["origin", "--workers", "1", "--listen", &addr.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let running = Running(child);
+    let deadline = SystemClock::now() + Duration::from_secs(20);
+    while headway_origin::fetch_blocking(addr, "/healthz")
+        .map(|f| f.status)
+        .ok()
+        != Some(200)
+    {
+        assert!(
+            SystemClock::now() < deadline,
+            "origin on {addr} never answered"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    running
+}
+
+/// Runs `headway args…` and returns its stdout, asserting success.
+fn headway_ok(args: &[&str]) -> String {
+    let out = headway(args);
+    assert!(
+        out.status.success(),
+        "headway {args:?}: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// One appliance's `[admin]` + `[wanopt]` config.
+fn wanopt_config(
+    admin: u16,
+    tunnel: u16,
+    me: &str,
+    peer: &str,
+    peer_tunnel: u16,
+    peer_fp: &str,
+    extra: &str,
+) -> String {
+    format!(
+        "[admin]\nlisten = \"127.0.0.1:{admin}\"\n\n[wanopt]\ntunnel_listen = \"127.0.0.1:{tunnel}\"\n\
+         cert_file = \"{me}.crt\"\nkey_file = \"{me}.key\"\ndedup_key_file = \"deployment.key\"\n\
+         memory_store = \"64MiB\"\n\n[[wanopt.peer]]\nname = \"{peer}\"\n\
+         address = \"127.0.0.1:{peer_tunnel}\"\nfingerprint = \"{peer_fp}\"\n\
+         link_rate = \"1gbit\"\nrtt = \"10ms\"\n{extra}"
+    )
+}
+
+/// The WAN-optimizer files of a branch/dc pair in `dir`, made with `headway wanopt …`;
+/// returns the fingerprints (branch, dc).
+fn wanopt_identities(dir: &Path) -> (String, String) {
+    let p = |n: &str| dir.join(n).to_str().unwrap().to_string();
+    let mut fps = Vec::new();
+    for side in ["branch", "dc"] {
+        let (crt, key) = (p(&format!("{side}.crt")), p(&format!("{side}.key")));
+        let fp = headway_ok(&["wanopt", "identity", "--cert", &crt, "--key", &key]);
+        let fp = fp.trim().to_string();
+        assert_eq!(fp.len(), 64, "{fp}");
+        assert_eq!(
+            headway_ok(&["wanopt", "fingerprint", "--cert", &crt]).trim(),
+            fp
+        );
+        fps.push(fp);
+    }
+    headway_ok(&["wanopt", "dedup-key", "--out", &p("deployment.key")]);
+    let key = std::fs::read_to_string(dir.join("deployment.key")).unwrap();
+    assert_eq!(key.trim().len(), 64, "{key}");
+    let mode = std::fs::metadata(dir.join("deployment.key")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o600
+    );
+    (fps.remove(0), fps.remove(0))
+}
+
+/// The branch appliance's counters for peer `dc`, class `dedup-memory`, from
+/// `headway ctl wanopt stats --json`.
+fn dc_group(admin: u16) -> serde_json::Value {
+    let url = format!("http://127.0.0.1:{admin}");
+    let json = headway_ok(&["ctl", "--admin", &url, "wanopt", "stats", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    v["groups"]
+        .as_array()
+        .and_then(|g| {
+            g.iter()
+                .find(|g| g["peer"] == "dc" && g["class"] == "dedup-memory")
+        })
+        .cloned()
+        .unwrap_or_else(|| panic!("no dc/dedup-memory group in {json}"))
+}
+
+fn wan_bytes(group: &serde_json::Value) -> u64 {
+    group["wan_in"].as_u64().unwrap() + group["wan_out"].as_u64().unwrap()
+}
+
+#[test]
+fn wanopt_pair_on_loopback_serves_the_file_and_dedups_the_second_fetch() {
+    let dir = TempDir::new("wanopt");
+    let (fp_branch, fp_dc) = wanopt_identities(dir.path());
+    let crt = dir.path().join("branch.crt");
+    let again = headway(&[
+        "wanopt",
+        "identity",
+        "--cert",
+        crt.to_str().unwrap(),
+        "--key",
+        dir.path().join("other.key").to_str().unwrap(),
+    ]);
+    assert_usage_error(&again, "already exists");
+
+    let origin_addr: std::net::SocketAddr =
+        format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
+    let service: std::net::SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
+    let (branch_admin, dc_admin) = (free_port(false), free_port(false));
+    let (branch_tunnel, dc_tunnel) = (free_port(true), free_port(true));
+    let branch_cfg = dir.path().join("branch.toml");
+    std::fs::write(
+        &branch_cfg,
+        wanopt_config(
+            branch_admin,
+            branch_tunnel,
+            "branch",
+            "dc",
+            dc_tunnel,
+            &fp_dc,
+            &format!(
+                "\n[[wanopt.service]]\nid = 1\nlisten = \"{service}\"\ntarget = \"{origin_addr}\"\n\
+                 peer = \"dc\"\nclass = \"dedup-memory\"\n"
+            ),
+        ),
+    )
+    .unwrap();
+    let dc_cfg = dir.path().join("dc.toml");
+    std::fs::write(
+        &dc_cfg,
+        wanopt_config(
+            dc_admin,
+            dc_tunnel,
+            "dc",
+            "branch",
+            branch_tunnel,
+            &fp_branch,
+            "",
+        ),
+    )
+    .unwrap();
+    let check = headway_ok(&["check", "-c", branch_cfg.to_str().unwrap()]);
+    assert!(check.contains("via dc (dedup-memory)"), "{check}");
+
+    let _origin = origin(origin_addr);
+    let dc = run_until_ready(&dc_cfg);
+    let branch = run_until_ready(&branch_cfg);
+
+    let doc = headway_origin::corpus::file("doc_small").unwrap();
+    let first = headway_origin::fetch_blocking(service, "/files/doc_small").unwrap();
+    assert_eq!(first.status, 200);
+    assert_eq!(first.bytes, doc.size());
+    assert_eq!(first.sha256, doc.sha256(), "first fetch corrupted");
+    let after_first = dc_group(branch_admin);
+    let second = headway_origin::fetch_blocking(service, "/files/doc_small").unwrap();
+    assert_eq!(second.sha256, doc.sha256(), "second fetch corrupted");
+    let after_second = dc_group(branch_admin);
+
+    assert!(
+        after_second["flows_optimized"].as_u64().unwrap() >= 2,
+        "{after_second}"
+    );
+    assert_eq!(after_second["flows_failed"], 0, "{after_second}");
+    let first_wan = wan_bytes(&after_first);
+    let second_wan = wan_bytes(&after_second) - first_wan;
+    eprintln!(
+        "doc_small ({} bytes): first pass {first_wan} WAN bytes, second pass {second_wan}",
+        doc.size()
+    );
+    assert!(first_wan > 0 && first_wan < doc.size(), "{after_first}");
+    assert!(
+        second_wan * 20 < first_wan,
+        "second pass {second_wan} WAN bytes vs first {first_wan}: not deduplicated"
+    );
+
+    let url = format!("http://127.0.0.1:{branch_admin}");
+    let table = headway_ok(&["ctl", "--admin", &url, "wanopt", "stats"]);
+    assert!(
+        table.contains("REDUCTION") && table.contains("dedup-memory"),
+        "{table}"
+    );
+    let metrics = headway_ok(&["ctl", "--admin", &url, "metrics"]);
+    assert!(
+        metrics.contains(
+            "headway_wanopt_flows_total{peer=\"dc\",class=\"dedup-memory\",outcome=\"optimized\""
+        ),
+        "{metrics}"
+    );
+    // The far side sees the same flows from its end.
+    let dc_url = format!("http://127.0.0.1:{dc_admin}");
+    let dc_json = headway_ok(&["ctl", "--admin", &dc_url, "wanopt", "stats", "--json"]);
+    assert!(dc_json.contains("\"branch\""), "{dc_json}");
+
+    for (name, p) in [("branch", branch), ("dc", dc)] {
+        let status = p.terminate();
+        assert!(
+            status.success(),
+            "SIGTERM should stop the {name} appliance cleanly: {status}"
+        );
+    }
+}
+
+#[test]
+fn wanopt_mistakes_exit_64_with_one_line_before_ready() {
+    let dir = TempDir::new("wanopt-bad");
+    let (_, fp_dc) = wanopt_identities(dir.path());
+    let cfg = dir.path().join("bad.toml");
+    let base = wanopt_config(
+        free_port(false),
+        free_port(true),
+        "branch",
+        "dc",
+        9,
+        &fp_dc,
+        "",
+    );
+    let service = |listen: &str, peer: &str| {
+        format!(
+            "{base}\n[[wanopt.service]]\nid = 1\nlisten = \"{listen}\"\ntarget = \"127.0.0.1:9\"\n\
+             peer = \"{peer}\"\nclass = \"dedup-memory\"\n"
+        )
+    };
+    let cfg_arg = cfg.to_str().unwrap();
+
+    // An unknown peer: file:line:col and the fix, from `check` and from `run`.
+    std::fs::write(&cfg, service("127.0.0.1:0", "dcc")).unwrap();
+    let line = service("127.0.0.1:0", "dcc")
+        .lines()
+        .position(|l| l == "peer = \"dcc\"")
+        .unwrap()
+        + 1;
+    for cmd in ["check", "run"] {
+        let out = headway(&[cmd, "-c", cfg_arg]);
+        assert_usage_error(
+            &out,
+            &format!("bad.toml:{line}:8: service 1: unknown peer `dcc`"),
+        );
+        assert!(text(&out.stderr).contains("did you mean `dc`?"));
+        assert!(!text(&out.stdout).contains("ready"));
+    }
+
+    // A missing dedup key file names the file and the command that makes one.
+    std::fs::write(&cfg, base.replace("deployment.key", "missing.key")).unwrap();
+    let out = headway(&["check", "-c", cfg_arg]);
+    assert_usage_error(&out, "missing.key");
+    assert!(
+        text(&out.stderr).contains("headway wanopt dedup-key --out missing.key"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // A certificate that looks like PEM but does not load.
+    std::fs::write(
+        dir.path().join("broken.crt"),
+        "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    std::fs::write(&cfg, base.replace("branch.crt", "broken.crt")).unwrap();
+    let out = headway(&["run", "-c", cfg_arg]);
+    assert_usage_error(&out, "the certificate or key is not usable");
+    assert!(
+        text(&out.stderr).contains("broken.crt"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!text(&out.stdout).contains("ready"));
+
+    // A service port already in use.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    std::fs::write(&cfg, service(&addr, "dc")).unwrap();
+    let out = headway(&["run", "-c", cfg_arg]);
+    assert_usage_error(&out, "cannot start the WAN optimizer");
+    assert!(text(&out.stderr).contains(&addr), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains("ready"));
+
+    // No appliance: the stats route says so.
+    let admin = free_port(false);
+    std::fs::write(&cfg, format!("[admin]\nlisten = \"127.0.0.1:{admin}\"\n")).unwrap();
+    let plain = run_until_ready(&cfg);
+    let out = headway(&[
+        "ctl",
+        "--admin",
+        &format!("http://127.0.0.1:{admin}"),
+        "wanopt",
+        "stats",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("no WAN optimizer runs"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(plain.terminate().success());
+}
