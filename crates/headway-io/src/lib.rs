@@ -17,6 +17,7 @@
 //!   the `SIOCETHTOOL` ioctl (no `ethtool` binary needed), so frames are real ≤ MTU packets.
 //! - [`sched`]: a scheduler hint (a short EEVDF time slice) for threads that must wake on time.
 //! - [`netns`]: moving the calling thread into a named network namespace (`/run/netns/NAME`).
+//! - [`transparent`]: `IP_TRANSPARENT` listeners for TPROXY interception.
 //!
 //! What it does not do: decide anything. It has no link model, no threads of its own and no
 //! policy; `headway-emulator` is its main user.
@@ -30,6 +31,7 @@ pub mod offload;
 pub mod packet;
 pub mod sched;
 pub mod timer;
+pub mod transparent;
 
 mod sys;
 
@@ -38,3 +40,4 @@ pub use netns::{NetnsError, NetnsGuard};
 pub use offload::OffloadError;
 pub use packet::{OpenError, RecvSocket, SendSocket};
 pub use timer::{sleep_until, Sleeper, Wake};
+pub use transparent::transparent_listener;

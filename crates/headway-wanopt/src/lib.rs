@@ -78,10 +78,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, debug_span, warn, Instrument};
 
-pub use intercept::{InterceptConfig, InterceptRule};
+pub use intercept::{InterceptConfig, InterceptError, InterceptRule};
 pub use pump::PumpError;
 pub use stats::{ApplianceStats, GroupStats, Stats, StoreUsage};
 
+use crate::intercept::{Installed, Intercept, INTERCEPTED};
 use crate::pump::FlowCodec;
 use crate::stats::Counters;
 use crate::store::Stores;
@@ -151,6 +152,10 @@ pub enum StartError {
     /// The disk store could not be opened (the message includes the OS error).
     #[error("disk store: {}", error_chain(.0))]
     Store(#[source] headway_store::StoreError),
+    /// Transparent interception could not be set up (the message includes a failed
+    /// command's stderr).
+    #[error("interception: {0}")]
+    Intercept(#[from] InterceptError),
     /// A service names a peer that is not configured.
     #[error("service {id:?}: unknown peer {peer:?}")]
     UnknownPeer {
@@ -167,6 +172,9 @@ pub enum StartError {
 pub struct Appliance {
     shared: Arc<Shared>,
     services: HashMap<ServiceId, SocketAddr>,
+    intercept: Option<SocketAddr>,
+    /// The nftables table, fwmark rule and route, if this appliance installed them.
+    installed: Option<Installed>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -207,6 +215,10 @@ impl Appliance {
                     })?;
             resolved.push((s.clone(), PeerId(peer), listener));
         }
+        let intercept = match &cfg.intercept {
+            Some(i) => Some(Intercept::bind(i, &cfg.peers)?),
+            None => None,
+        };
         let (memory, disk) = (cfg.memory_store_bytes, cfg.disk_store.clone());
         let dir = disk
             .as_ref()
@@ -238,6 +250,21 @@ impl Appliance {
             retry_after: cfg.retry_after,
             holds: cfg.peers.iter().map(|_| Mutex::new(None)).collect(),
         });
+        // Last, so that a failed start leaves no rules behind (the guard removes them on drop,
+        // also if this call is dropped while they are being installed).
+        let installed = match intercept.as_ref().and_then(|i| i.ruleset.clone()) {
+            Some(text) => Some(
+                tokio::task::spawn_blocking(move || Installed::install(&text))
+                    .await
+                    .map_err(|e| {
+                        StartError::Intercept(InterceptError::Command {
+                            command: "nft -f -".into(),
+                            stderr: e.to_string(),
+                        })
+                    })??,
+            ),
+            None => None,
+        };
         let mut services = HashMap::new();
         let mut tasks = Vec::new();
         for (s, peer, listener) in resolved {
@@ -250,12 +277,21 @@ impl Appliance {
             ));
         }
         tasks.push(tokio::spawn(accept_flows(shared.clone())));
+        let intercept_addr = intercept.as_ref().map(|i| i.addr);
+        if let Some(i) = intercept {
+            let span = debug_span!("intercept", addr = %i.addr);
+            tasks.push(tokio::spawn(
+                serve_intercept(shared.clone(), i).instrument(span),
+            ));
+        }
         if let Some(disk) = shared.stores.disk() {
             tasks.push(tokio::spawn(flush_periodically(disk)));
         }
         Ok(Self {
             shared,
             services,
+            intercept: intercept_addr,
+            installed,
             tasks,
         })
     }
@@ -267,7 +303,7 @@ impl Appliance {
 
     /// The address of the transparent listener (resolves port 0), if interception is on.
     pub fn intercept_addr(&self) -> Option<SocketAddr> {
-        None
+        self.intercept
     }
 
     /// The tunnel endpoint's UDP address (resolves port 0).
@@ -287,12 +323,18 @@ impl Appliance {
         s
     }
 
-    /// Stops the listeners, closes the tunnel (flows in progress are cut), then flushes and
-    /// closes the disk store, releasing its directory (a new appliance may open it at once).
-    /// Idempotent. Blocks for the final sync of the disk store.
+    /// Stops the listeners, removes the interception rules it installed, closes the tunnel
+    /// (flows in progress are cut), then flushes and closes the disk store, releasing its
+    /// directory (a new appliance may open it at once). Idempotent. Blocks while `nft`/`ip`
+    /// run and for the final sync of the disk store.
     pub fn shutdown(&mut self) {
         for t in self.tasks.drain(..) {
             t.abort();
+        }
+        if let Some(mut installed) = self.installed.take() {
+            if let Err(e) = installed.remove() {
+                warn!(error = %e, "removing the interception rules failed");
+            }
         }
         self.shared.endpoint.close();
         if let Err(e) = self.shared.stores.close() {
@@ -395,55 +437,118 @@ async fn serve_service(
     listener: TcpListener,
 ) {
     let counters = shared.stats.group(&service.peer, service.class);
-    let service = Arc::new(service);
+    let route = Route {
+        peer,
+        service: service.id,
+        class: service.class,
+        destination: service.target,
+    };
     loop {
-        let (tcp, client) = match listener.accept().await {
-            Ok(x) => x,
-            Err(e) => {
-                // Per-connection errors (e.g. ECONNABORTED, EMFILE) must not end the service;
-                // the pause keeps a persistent one (EMFILE) from spinning.
-                warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
+        let (tcp, client) = accept(&listener).await;
         let span = debug_span!("flow", %client);
-        tokio::spawn(
-            outbound_flow(shared.clone(), service.clone(), peer, tcp, counters.clone())
-                .instrument(span),
-        );
+        tokio::spawn(outbound_flow(shared.clone(), route, tcp, counters.clone()).instrument(span));
     }
 }
 
-/// One intercepted client connection: through the tunnel, or direct if the peer fails.
-async fn outbound_flow(
-    shared: Arc<Shared>,
-    service: Arc<ServiceConfig>,
+/// Accepts transparently intercepted connections; one task per flow. The accepted socket's
+/// local address is the flow's original destination; the first matching rule says where it
+/// goes (see [`intercept`]).
+async fn serve_intercept(shared: Arc<Shared>, intercept: Intercept) {
+    // Per rule, looked up once; none for pass-through rules (their flows are rare strays).
+    let counters: Vec<_> = intercept
+        .rules
+        .iter()
+        .map(|r| {
+            (r.class != ServiceClass::PassThrough).then(|| shared.stats.group(&r.peer, r.class))
+        })
+        .collect();
+    loop {
+        let (tcp, client) = accept(&intercept.listener).await;
+        let Ok(dst) = tcp.local_addr() else {
+            continue;
+        };
+        let span = debug_span!("flow", %client, %dst);
+        if dst.port() == intercept.addr.port() && intercept::is_local(dst.ip()) {
+            // Connected to the listener itself, not intercepted: connecting on to the
+            // "original destination" would connect to ourselves, again and again.
+            span.in_scope(|| debug!("direct connection to the intercept listener refused"));
+            pump::abort(&tcp);
+            continue;
+        }
+        let rule = intercept::classify(&intercept.rules, dst);
+        let (i, r) = match rule.map(|i| (i, &intercept.rules[i])) {
+            Some((i, r)) if r.class != ServiceClass::PassThrough => (i, r),
+            other => {
+                let (peer, reason) = match other {
+                    Some((_, r)) => (r.peer.as_str(), "pass_through"),
+                    None => (stats::NO_PEER, "no_rule"),
+                };
+                let c = shared.stats.group(peer, ServiceClass::PassThrough);
+                tokio::spawn(async move { fail_open(tcp, dst, reason, &c).await }.instrument(span));
+                continue;
+            }
+        };
+        let route = Route {
+            peer: intercept.peers[i],
+            service: INTERCEPTED,
+            class: r.class,
+            destination: dst,
+        };
+        let c = counters[i]
+            .clone()
+            .unwrap_or_else(|| shared.stats.group(&r.peer, r.class));
+        tokio::spawn(outbound_flow(shared.clone(), route, tcp, c).instrument(span));
+    }
+}
+
+/// The next connection of `listener`. Per-connection errors (e.g. ECONNABORTED, EMFILE) must
+/// not end a listener; the pause keeps a persistent one (EMFILE) from spinning.
+async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok(x) => return x,
+            Err(e) => {
+                warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// Where an accepted client connection goes: an explicit service's, or an intercepted flow's
+/// (then `destination` is its original destination).
+#[derive(Debug, Clone, Copy)]
+struct Route {
     peer: PeerId,
-    tcp: TcpStream,
-    counters: Arc<Counters>,
-) {
-    let conn = match shared.connect(peer).await {
+    service: ServiceId,
+    class: ServiceClass,
+    destination: SocketAddr,
+}
+
+/// One client connection (explicit or intercepted): through the tunnel, or direct if the
+/// peer fails.
+async fn outbound_flow(shared: Arc<Shared>, route: Route, tcp: TcpStream, counters: Arc<Counters>) {
+    let conn = match shared.connect(route.peer).await {
         Ok(c) => c,
         Err(reason) => {
             debug!(reason, "failing open");
-            return fail_open(tcp, service.target, reason, &counters).await;
+            return fail_open(tcp, route.destination, reason, &counters).await;
         }
     };
     let header = FlowHeader {
-        service: service.id,
-        class: service.class,
-        destination: Some(service.target),
+        service: route.service,
+        class: route.class,
+        destination: Some(route.destination),
     };
     let (send, recv) = match conn.open_flow(&header).await {
         Ok(s) => s,
         Err(e) => {
             debug!(error = %e, "opening the flow failed, failing open");
-            return fail_open(tcp, service.target, "flow", &counters).await;
+            return fail_open(tcp, route.destination, "flow", &counters).await;
         }
     };
     Counters::add(&counters.flows_optimized, 1);
-    let codec = shared.codec(service.class, peer);
+    let codec = shared.codec(route.class, route.peer);
     if let Err(e) = pump::pump(tcp, send, recv, codec, &counters).await {
         Counters::add(&counters.flows_failed, 1);
         debug!(error = %e, "flow reset");

@@ -145,7 +145,7 @@ impl ApplianceStats {
 /// The counters of one peer and service class.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct GroupStats {
-    /// The peer's configured name.
+    /// The peer's configured name ([`NO_PEER`] for intercepted flows that matched no rule).
     pub peer: String,
     /// The service class (`pass-through`, `compress`, `dedup-memory`, `dedup-disk`).
     pub class: &'static str,
@@ -224,6 +224,9 @@ impl Serialize for StoreUsage {
         st.end()
     }
 }
+
+/// The peer name of the group counting intercepted flows that matched no rule.
+pub const NO_PEER: &str = "-";
 
 /// The stable label of a service class.
 pub fn class_name(class: ServiceClass) -> &'static str {

@@ -153,6 +153,18 @@ impl Disks {
         }
     }
 
+    /// A running pair with a dedup-disk service to `target`, on these identities and stores.
+    async fn pair(&self, target: SocketAddr) -> Pair {
+        pair_with(
+            target,
+            ServiceClass::DedupDisk,
+            Far::Running,
+            256 << 20,
+            Some(self),
+        )
+        .await
+    }
+
     fn store(dir: &tempfile::TempDir) -> Option<StoreConfig> {
         Some(StoreConfig::disk(dir.path(), 256 << 20))
     }
@@ -523,14 +535,7 @@ async fn the_disk_class_remembers_across_restarts() {
     let file = data(Kind::Doc, 20 << 20, 31);
     let origin = file_server(file.clone()).await;
     let disks = Disks::new();
-    let p = pair_with(
-        origin,
-        ServiceClass::DedupDisk,
-        Far::Running,
-        256 << 20,
-        Some(&disks),
-    )
-    .await;
+    let p = disks.pair(origin).await;
     for _ in 0..2 {
         assert_eq!(sha(&exchange(p.service(), b"").await), sha(&file));
     }
@@ -549,14 +554,7 @@ async fn the_disk_class_remembers_across_restarts() {
     assert!(b_disk.hit_rate() > 0.45, "{b_disk:?}");
     drop(p);
 
-    let p = pair_with(
-        origin,
-        ServiceClass::DedupDisk,
-        Far::Running,
-        256 << 20,
-        Some(&disks),
-    )
-    .await;
+    let p = disks.pair(origin).await;
     assert_eq!(sha(&exchange(p.service(), b"").await), sha(&file));
     let s = p.a.stats();
     let b = p.b.as_ref().unwrap().stats();
@@ -579,28 +577,14 @@ async fn a_wiped_disk_store_still_gives_exact_output() {
     let file = data(Kind::Doc, 8 << 20, 32);
     let origin = file_server(file.clone()).await;
     let disks = Disks::new();
-    let p = pair_with(
-        origin,
-        ServiceClass::DedupDisk,
-        Far::Running,
-        256 << 20,
-        Some(&disks),
-    )
-    .await;
+    let p = disks.pair(origin).await;
     assert_eq!(sha(&exchange(p.service(), b"").await), sha(&file));
     drop(p);
     // A (the decoding side of a fetch) forgets everything; B still believes A holds the file.
     for e in std::fs::read_dir(disks.dir_a.path()).unwrap() {
         std::fs::remove_file(e.unwrap().path()).unwrap();
     }
-    let p = pair_with(
-        origin,
-        ServiceClass::DedupDisk,
-        Far::Running,
-        256 << 20,
-        Some(&disks),
-    )
-    .await;
+    let p = disks.pair(origin).await;
     assert_eq!(sha(&exchange(p.service(), b"").await), sha(&file));
     let a = p.a.stats().total();
     eprintln!("after wiping a: {a:?}");
@@ -637,3 +621,6 @@ async fn a_disk_store_that_cannot_be_opened_fails_the_start() {
     );
     assert!(msg.starts_with("disk store: ") && msg.contains(&file.path().display().to_string()));
 }
+
+#[path = "appliance/intercept.rs"]
+mod intercept;
