@@ -1,36 +1,53 @@
-//! Headway's WAN-optimizer appliance shell: intercepted TCP flows carried through the dedup
-//! codec over the QUIC tunnel to a peer appliance, with fail-open and per-peer stats.
+//! Headway's WAN-optimizer appliance shell: TCP flows, from explicit services or intercepted
+//! transparently, carried through the dedup codec over the QUIC tunnel to a peer appliance,
+//! with fail-open and per-peer stats.
 //!
 //! # What this crate owns and what it does not
 //!
-//! It owns the async glue: the LAN listeners of the explicit services, the accept loop for
-//! flows from peers, the per-flow pump ([`pump`]) that joins a TCP socket to a tunnel stream
-//! through a `headway_dedup::Encoder` / `Decoder` pair, fail-open to a direct connection, and
-//! the counters ([`stats`]). It makes no protocol decisions: chunking, references and
-//! verification are `headway-dedup`'s, QUIC, authentication and the flow header are
-//! `headway-tunnel`'s. Not here yet: the TOML schema (`headway-config`), transparent
-//! interception (TPROXY), the disk store (the `dedup-disk` class uses the memory store for now).
+//! It owns the async glue: the LAN listeners of the explicit services, the transparent
+//! listener and its nftables rules ([`intercept`]), the accept loop for flows from peers, the
+//! per-flow pump ([`pump`]) that joins a TCP socket to a tunnel stream through a
+//! `headway_dedup::Encoder` / `Decoder` pair, the chunk stores of the service classes,
+//! fail-open to a direct connection, and the counters ([`stats`]). It makes no protocol
+//! decisions: chunking, references and verification are `headway-dedup`'s, QUIC,
+//! authentication and the flow header are `headway-tunnel`'s, the segment files are
+//! `headway-store`'s, the `IP_TRANSPARENT` socket is `headway-io`'s. Not here: the TOML schema
+//! (`headway-config` converts into [`ApplianceConfig`]), metrics exposition (the binary turns
+//! [`ApplianceStats`] into metrics), the SMB2/HTTP accelerators.
 //!
 //! # Entry points and call order
 //!
-//! 1. [`Appliance::start`] (inside a tokio runtime) with an [`ApplianceConfig`]: binds the
-//!    tunnel endpoint and every service's listener, spawns the accept loops.
+//! 1. [`Appliance::start`] (inside a tokio runtime) with an [`ApplianceConfig`]: binds every
+//!    service's listener and the transparent listener, opens the disk store, binds the tunnel
+//!    endpoint, installs the interception rules (last), spawns the accept loops.
 //! 2. [`Appliance::stats`] at any time for an [`ApplianceStats`] snapshot.
-//! 3. [`Appliance::shutdown`] (or drop) stops the listeners and closes the tunnel; flows in
-//!    progress are cut.
+//! 3. [`Appliance::shutdown`] (or drop) stops the listeners, removes the interception rules,
+//!    closes the tunnel (flows in progress are cut) and closes the disk store.
 //!
 //! # A flow
 //!
 //! ```text
-//!  client ─TCP─▶ A: service.listen ─ connect(peer) ─ open_flow(dest = target, class) ─┐
-//!                   Encoder ─▶ stream ─▶ Decoder                                      │ QUIC
-//!                   Decoder ◀─ stream ◀─ Encoder                                      │
-//!                B: accept_flow ─ TCP connect(header.destination) ◀───────────────────┘
+//!  client ─TCP─▶ A: service.listen ─────────────┐
+//!  client ─TCP to S:p─▶ A: TPROXY ─▶ intercept  │ route: peer, class, destination
+//!         (first matching InterceptRule)        │ (target, or S:p)
+//!                   connect(peer) ─ open_flow(destination, class) ─┐
+//!                   Encoder ─▶ stream ─▶ Decoder                   │ QUIC
+//!                   Decoder ◀─ stream ◀─ Encoder                   │
+//!                B: accept_flow ─ TCP connect(header.destination) ◀┘
 //! ```
+//!
+//! Both kinds of flows share one outbound path; they differ only in how the route is found:
+//! an explicit service's is configured, an intercepted flow's comes from its original
+//! destination (the accepted socket's local address) and the first matching
+//! [`InterceptRule`]. An intercepted flow that matches no rule, or a pass-through rule, is
+//! connected directly and counted as passed through (`"no_rule"`, `"pass_through"`); with the
+//! rules this crate installs, pass-through flows are not even intercepted. See [`intercept`]
+//! for the nftables table, the fwmark rule and the local route, and their limits (IPv4 only,
+//! one intercepting appliance per network namespace, root needed).
 //!
 //! The far side needs no per-service config: the flow header carries the destination and the
 //! class. If A cannot reach the peer or the handshake is refused, A connects the client
-//! straight to `target` and copies bytes both ways (fail-open), counting the reason
+//! straight to the destination and copies bytes both ways (fail-open), counting the reason
 //! (`ConnectError::reason`, e.g. `"timeout"`, `"unauthenticated"`, `"refused"`; `"flow"` when
 //! the connection is up but the stream cannot be opened). After a failed attempt the peer is
 //! held down for [`ApplianceConfig::retry_after`]: its new flows fail open at once with the
@@ -46,13 +63,17 @@
 //!
 //! Each side of a flow picks its store from the class in the flow header, so both ends of a
 //! `dedup-disk` flow use their disk stores. [`ApplianceStats::stores`] gives each store's size
-//! and hit rate (chunks the encoder found the peer already held / chunks encoded).
+//! and hit rate (chunks the encoder found the peer already held / chunks encoded). The disk
+//! store is synced every second and at shutdown; a crash loses what was appended since the
+//! last sync, which costs bandwidth (the codec fetches what a store lacks), never correctness.
 //!
 //! # Invariants
 //!
 //! - One `MemoryStore` per appliance, shared by all flows and peers (entries are per peer), and
-//!   at most one `headway_store::DiskStore`, opened at start, synced every second and closed
-//!   (flushed, directory released) at shutdown; see "Stores" above.
+//!   at most one `headway_store::DiskStore`, opened at start and closed (flushed, directory
+//!   released) at shutdown, so a new appliance can open the same directory right away.
+//! - Rules installed by an appliance are removed when it shuts down or is dropped; a crashed
+//!   run's table is replaced at the next start.
 //! - No unbounded buffers on the data path (see [`pump`]).
 
 #![forbid(unsafe_code)]
