@@ -81,8 +81,15 @@ impl Client {
             .timeout_connect(Some(Duration::from_secs(10)))
             .timeout_global(Some(Duration::from_secs(60)))
             .build();
+        let base = base.into();
+        // `127.0.0.1:9090` is as good as `http://127.0.0.1:9090`: people type addresses.
+        let base = if base.contains("://") {
+            base
+        } else {
+            format!("http://{base}")
+        };
         Client {
-            base: base.into().trim_end_matches('/').to_string(),
+            base: base.trim_end_matches('/').to_string(),
             token,
             agent: ureq::Agent::new_with_config(config),
         }
@@ -289,6 +296,15 @@ mod tests {
     fn link_names_are_percent_encoded() {
         assert_eq!(link_path("wan-1.a_b"), "/api/v1/links/wan-1.a_b");
         assert_eq!(link_path("a b/c"), "/api/v1/links/a%20b%2Fc");
+    }
+
+    #[test]
+    fn a_bare_address_gets_the_http_scheme() {
+        assert_eq!(
+            Client::new("127.0.0.1:9190", None).base,
+            "http://127.0.0.1:9190"
+        );
+        assert_eq!(Client::new("https://h:1/", None).base, "https://h:1");
     }
 
     #[test]

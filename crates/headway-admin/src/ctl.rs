@@ -16,7 +16,7 @@ use crate::control::LinkViewJson;
 /// `headway ctl`: talk to a running instance's admin API.
 #[derive(Debug, Clone, Args)]
 pub struct CtlArgs {
-    /// Base URL of the admin API.
+    /// Base URL of the admin API (`http://` is assumed when only an address is given).
     #[arg(
         long,
         env = "HEADWAY_ADMIN",

@@ -25,11 +25,11 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use headway_core::units::parse_duration;
-use headway_core::Rng;
+use headway_core::{Rng, SystemClock};
 use headway_origin::corpus::{hex, Document, Kind};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -372,7 +372,7 @@ pub fn run_plan(
     io_timeout: Duration,
     progress: &(dyn Fn(usize, &Outcome) + Sync),
 ) -> XferReport {
-    let started = Instant::now();
+    let started = SystemClock::now();
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let results: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::new());
@@ -395,7 +395,7 @@ pub fn run_plan(
     results.sort_by_key(|(i, _)| *i);
     let mut report = XferReport {
         transfers: results.len(),
-        seconds: started.elapsed().as_secs_f64(),
+        seconds: (SystemClock::now() - started).as_secs_f64(),
         ..XferReport::default()
     };
     for (i, o) in &results {
