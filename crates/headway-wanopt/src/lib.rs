@@ -527,7 +527,12 @@ async fn serve_intercept(shared: Arc<Shared>, intercept: Intercept) {
 async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
     loop {
         match listener.accept().await {
-            Ok(x) => return x,
+            Ok(x) => {
+                // Until the flow ends cleanly, closing this socket (a task aborted at shutdown,
+                // the process killed) must be an RST, never a FIN: see `pump::arm_reset`.
+                pump::arm_reset(&x.0);
+                return x;
+            }
             Err(e) => {
                 warn!(error = %e, "accept failed");
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -588,10 +593,14 @@ async fn fail_open(client: TcpStream, target: SocketAddr, reason: &'static str, 
             return;
         }
     };
+    pump::arm_reset(&server);
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     match tokio::io::copy_bidirectional(&mut client, &mut server).await {
         Ok((up, down)) => {
+            // Both directions ended with a FIN passed on: the flow is complete.
+            pump::disarm_reset(&client);
+            pump::disarm_reset(&server);
             Counters::add(&c.lan_in, up);
             Counters::add(&c.lan_out, down);
         }

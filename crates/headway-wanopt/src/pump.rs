@@ -40,6 +40,11 @@
 //! §3.10.7.1 aborts). A peer's reset thus becomes a TCP RST and a TCP RST a stream reset.
 //! Because the decoder only emits verified bytes, a reset flow never delivered a wrong byte.
 //!
+//! A cut the pump does not see — its task aborted when the appliance shuts down, the process
+//! killed — must not look like a clean end either: every LAN socket is armed with `SO_LINGER`
+//! 0 from the moment it is accepted or connected ([`arm_reset`]), so any close is an RST, and
+//! disarmed only just before the pump passes a FIN on, when every byte for it was written.
+//!
 //! # Backpressure and memory
 //!
 //! The pump reads at most 64 KiB from the TCP socket at a time and does not read again until
@@ -156,6 +161,7 @@ pub(crate) async fn pump(
         codec.key,
     );
     let _ = tcp.set_nodelay(true);
+    arm_reset(&tcp);
     let (tx, rx) = mpsc::unbounded_channel();
     let r = {
         let (mut rd, mut wr) = tcp.split();
@@ -176,6 +182,23 @@ pub(crate) async fn pump(
 pub(crate) fn abort(tcp: &TcpStream) {
     #[allow(deprecated)]
     let _ = tcp.set_linger(Some(Duration::ZERO));
+}
+
+/// Arms a LAN socket so that closing it before the flow's clean end is an RST: every socket
+/// an appliance accepts or connects gets this at once. Without it, a flow cut by anything
+/// that closes the socket without the pump's say — its task aborted at shutdown, the
+/// process killed (the kernel closes the descriptors) — would end with a FIN, and a client
+/// reading to EOF (HTTP/1.0, FTP data, an upload that is acknowledged by closing) would take a
+/// truncated stream for a complete one. An RST makes it an error instead.
+pub(crate) fn arm_reset(tcp: &TcpStream) {
+    abort(tcp);
+}
+
+/// Disarms [`arm_reset`] when this side's sending direction ended cleanly: its FIN now means
+/// "everything was sent", so a later close may be a normal one.
+pub(crate) fn disarm_reset(tcp: &TcpStream) {
+    #[allow(deprecated)]
+    let _ = tcp.set_linger(None);
 }
 
 /// LAN → WAN: TCP bytes through the encoder to the stream, plus the back channel.
@@ -313,6 +336,8 @@ async fn downstream(
         }
         if !done && dec.is_finished() {
             // Half-close: the peer's LAN side reached EOF; pass the FIN on (RFC 9293 §3.6).
+            // Every byte for this socket was written, so its close may now be a normal one.
+            disarm_reset(wr.as_ref());
             wr.shutdown().await.map_err(PumpError::LanWrite)?;
             let _ = tx.send(Ctrl::LocalDone);
             done = true;

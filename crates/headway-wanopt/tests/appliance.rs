@@ -624,3 +624,54 @@ async fn a_disk_store_that_cannot_be_opened_fails_the_start() {
 
 #[path = "appliance/intercept.rs"]
 mod intercept;
+
+/// An origin that sends the first `half` bytes of `file` and then waits (a transfer in
+/// progress), until the test lets it go on (never, here).
+async fn stalling_server(file: Vec<u8>, half: usize) -> SocketAddr {
+    let l = TcpListener::bind(LOCAL).await.unwrap();
+    let at = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let part = file[..half].to_vec();
+            tokio::spawn(async move {
+                let _ = s.write_all(&part).await;
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            });
+        }
+    });
+    at
+}
+
+/// Tearing the appliances down mid-transfer the way a process exit does — every task dropped
+/// where it stands, every socket closed by the runtime (a kill closes them the same way) — must
+/// reset the client, never end its stream with a FIN: a client reading to EOF would take the
+/// truncated stream for the whole file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_appliances_runtime_mid_transfer_resets_the_client() {
+    let file = data(Kind::Random, 4 << 20, 9);
+    let origin = stalling_server(file.clone(), 1 << 20).await;
+    // The pair runs on a runtime of its own, which the test then drops like an exiting process.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let p = rt.spawn(pair(origin, ServiceClass::DedupMemory, Far::Running));
+    let p = p.await.unwrap();
+    let mut s = TcpStream::connect(p.service()).await.unwrap();
+    s.write_all(b"GET\n").await.unwrap();
+    let mut got = vec![0u8; 1 << 20];
+    s.read_exact(&mut got).await.unwrap();
+    assert_eq!(got, file[..1 << 20]);
+    std::mem::forget(p); // its sockets go with the runtime, as with a process
+    rt.shutdown_background();
+    let mut rest = Vec::new();
+    let r = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut rest))
+        .await
+        .expect("the client learns at once");
+    assert!(
+        r.is_err(),
+        "the stream ended cleanly after {} more bytes: a truncated file looks complete",
+        rest.len()
+    );
+}
