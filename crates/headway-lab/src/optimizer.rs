@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use headway_core::SystemClock;
 use headway_tunnel::Identity;
 
 use crate::lab::Background;
@@ -205,9 +206,33 @@ impl<'a> Pair<'a> {
         Ok(())
     }
 
-    /// Starts both appliances.
+    /// Starts both appliances and waits (up to 15 s) until each has its tunnel to the other
+    /// up, as in a deployment where the pair has been running: the first flow then pays no
+    /// handshake.
     pub fn start_both(&mut self) -> Result<()> {
-        Side::BOTH.into_iter().try_for_each(|s| self.start(s))
+        Side::BOTH.into_iter().try_for_each(|s| self.start(s))?;
+        let deadline = SystemClock::now() + Duration::from_secs(15);
+        for side in Side::BOTH {
+            while self.tunnels_up(side)? == 0 {
+                if SystemClock::now() >= deadline {
+                    bail!(
+                        "the {} appliance's tunnel did not come up within 15 s",
+                        side.role()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(())
+    }
+
+    /// Tunnel connections `side` has established so far.
+    pub fn tunnels_up(&self, side: Side) -> Result<u64> {
+        let stats = self.stats(side)?;
+        Ok(stats
+            .pointer("/tunnel/connections")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0))
     }
 
     /// Stops both appliances.

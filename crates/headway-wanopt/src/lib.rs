@@ -298,6 +298,12 @@ impl Appliance {
             ));
         }
         tasks.push(tokio::spawn(accept_flows(shared.clone())));
+        for peer in 0..cfg.peers.len() {
+            let span = debug_span!("warm", peer = %cfg.peers[peer].name);
+            tasks.push(tokio::spawn(
+                keep_connected(shared.clone(), PeerId(peer)).instrument(span),
+            ));
+        }
         let intercept_addr = intercept.as_ref().map(|i| i.addr);
         if let Some(i) = intercept {
             let span = debug_span!("intercept", addr = %i.addr);
@@ -608,6 +614,27 @@ async fn fail_open(client: TcpStream, target: SocketAddr, reason: &'static str, 
             debug!(error = %e, "direct flow failed");
             pump::abort(&client);
             pump::abort(&server);
+        }
+    }
+}
+
+/// Keeps the tunnel to `peer` up, so a new flow does not wait for a handshake (one RTT and
+/// a half across the WAN): connects at start, and again whenever the connection closes (after
+/// `retry_after` when an attempt fails). Goes through [`Shared::connect`], so a failed attempt
+/// also starts the hold-down that makes new flows fail open at once.
+async fn keep_connected(shared: Arc<Shared>, peer: PeerId) {
+    loop {
+        match shared.connect(peer).await {
+            Ok(conn) => {
+                let why = conn.closed().await;
+                debug!(reason = %why, "tunnel closed, reconnecting");
+                // A peer that closes at once must not make this a busy loop.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(reason) => {
+                debug!(reason, "tunnel not up, retrying later");
+                tokio::time::sleep(shared.retry_after).await;
+            }
         }
     }
 }
