@@ -10,7 +10,9 @@
 //! | `bench emulator` | TCP throughput through the emulator vs a direct veth link; release-timing error at 100 Mbit/s / 50 ms |
 //! | `bench wanopt file-download` | seed 000's file-download matrix: plain-TCP baseline, Headway first and second pass, beside the seed's numbers |
 //! | `bench wanopt correctness` | verified transfers both ways through the optimizer pair, with restarts and a wiped store |
+//! | `bench adc` | seed 002's F5 matrix on loopback: L4 conn/s, L7 req/s at 1, 10, unlimited requests per connection × 5 sizes, HTTP/2 — Headway, HAProxy, NGINX and the bare origin, with CPU-seconds per 100,000 requests |
 
+pub mod adc;
 pub mod emulator;
 pub mod wanopt;
 pub mod wanopt_correctness;
@@ -20,6 +22,8 @@ use anyhow::Result;
 /// The benchmarks.
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
+    /// Seed 002's F5 ADC matrix: Headway, HAProxy and NGINX in front of one origin, on loopback.
+    Adc(adc::AdcArgs),
     /// Emulator throughput (vs a direct veth link) and release-timing accuracy.
     Emulator(emulator::EmulatorArgs),
     /// WAN-optimizer scenarios from the seeds.
@@ -30,6 +34,7 @@ pub enum BenchCommand {
 /// Runs a benchmark.
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
+        BenchCommand::Adc(a) => adc::run(a),
         BenchCommand::Emulator(a) => emulator::run(a),
         BenchCommand::Wanopt(c) => wanopt::run(c),
     }

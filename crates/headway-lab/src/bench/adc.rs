@@ -1,0 +1,1321 @@
+//! `headway bench adc`: seed 002's F5 ADC matrix (`f5_adc_headlines.csv`), measured here with
+//! Headway, HAProxy and NGINX side by side in one run on loopback.
+//!
+//! One `headway origin` serves `/corpus/random/SIZE`; each proxy runs in front of it with the
+//! same number of workers, keep-alive to the origin and no access log (see `config`); the same
+//! load tool (wrk, h2load for HTTP/2) with the same threads and connections drives each in turn,
+//! and the origin is also measured directly, as the reference row. The cells:
+//!
+//! | test | what | response sizes |
+//! |---|---|---|
+//! | `l4` | connections/s through a TCP proxy: one request per connection (`Connection: close`) | 128 B |
+//! | `l7-1` | HTTP requests/s, one request per connection | 128 B, 2, 8, 64, 512 KiB |
+//! | `l7-10` | HTTP requests/s, 10 requests per connection on average (a wrk Lua script) | same |
+//! | `l7-unlimited` | HTTP requests/s over keep-alive connections | same |
+//! | `h2` | HTTP/2 requests/s, prior knowledge (h2c), `--streams` per connection | 128 B |
+//!
+//! For each cell and target: good (2xx/3xx) responses per second and the target's CPU-seconds
+//! (user + system of all its processes, from `/proc/PID/stat`) per 100,000 of them, medians over
+//! `--repeats` runs of `--seconds`, and ratios to HAProxy. All targets run at once (an idle
+//! proxy costs nothing); within each round of a cell they take turns, and the order rotates
+//! every round, so a burst of other load on a shared machine lands on one run of each target
+//! rather than on every run of one. The defaults (17 cells, 4 targets, 3 runs of 3 s) keep a
+//! full run near 10 minutes; `--quick` takes about one.
+//!
+//! A proxy that fails to start (or dies) becomes an error row with the end of its log, and the
+//! run goes on with the others. Every process started here is stopped at the end, on error and
+//! on Ctrl-C ([`crate::interrupt`]); the config files live in a temp dir (and are copied to
+//! `--out/adc-configs/`). No system setting is changed: Linux's default `tcp_tw_reuse = 2` lets
+//! loopback connections reuse ports in TIME_WAIT, which is enough for the one-request-per-
+//! connection cells at the rates two cores reach.
+
+mod config;
+mod load;
+mod procs;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use headway_core::ByteSize;
+
+use super::median;
+use crate::interrupt::{self, Interrupted};
+use config::Listeners;
+use load::{Load, Outcome, PerConnection};
+use procs::{Proc, TempDir};
+
+/// `headway bench adc` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AdcArgs {
+    /// The proxies to measure; the origin is always measured directly, as the reference.
+    #[arg(long, value_delimiter = ',', default_value = "haproxy,nginx,headway")]
+    pub proxies: Vec<Target>,
+    /// A quick look: L4, L7 at 128 B for 1, 10 and unlimited requests per connection, L7
+    /// unlimited at 64 KiB, HTTP/2; 2 s × 1 run unless --seconds / --repeats say otherwise.
+    #[arg(long)]
+    pub quick: bool,
+    /// Only these tests.
+    #[arg(long, value_delimiter = ',')]
+    pub tests: Vec<Test>,
+    /// Response sizes of the L7 tests (default 128B,2KiB,8KiB,64KiB,512KiB); the L4 and
+    /// HTTP/2 cells are always 128 B.
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Vec<ByteSize>,
+    /// Seconds per load run [default: 3, or 2 with --quick].
+    #[arg(long)]
+    pub seconds: Option<u32>,
+    /// Runs per cell and target; medians are reported [default: 3, or 1 with --quick].
+    #[arg(long)]
+    pub repeats: Option<u32>,
+    /// Data-plane workers of every proxy (HAProxy nbthread, NGINX worker_processes, Headway
+    /// `[runtime] workers`).
+    #[arg(long, default_value_t = 2)]
+    pub workers: u32,
+    /// Worker threads of the origin.
+    #[arg(long, default_value_t = 2)]
+    pub origin_workers: u32,
+    /// Load-tool threads (wrk -t, h2load -t).
+    #[arg(long, default_value_t = 2)]
+    pub threads: u32,
+    /// Load-tool connections in all (wrk -c, h2load -c).
+    #[arg(long, default_value_t = 64)]
+    pub connections: u32,
+    /// Concurrent HTTP/2 streams per connection (h2load -m).
+    #[arg(long, default_value_t = 10)]
+    pub streams: u32,
+    /// Where to write adc.md, adc.csv and the configs (adc-configs/).
+    #[arg(long, default_value = "lab-out/bench")]
+    pub out: PathBuf,
+}
+
+/// What a row of the matrix is measured through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum)]
+pub enum Target {
+    /// The origin itself, no proxy: the reference.
+    #[value(skip)]
+    Origin,
+    /// HAProxy (the baseline of the ratios).
+    Haproxy,
+    /// NGINX (`stream {}` for L4).
+    Nginx,
+    /// Headway (`headway run`).
+    Headway,
+}
+
+impl Target {
+    /// Its name in tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            Target::Origin => "origin (direct)",
+            Target::Haproxy => "HAProxy",
+            Target::Nginx => "NGINX",
+            Target::Headway => "Headway",
+        }
+    }
+
+    /// Its name in CSV, file names and messages.
+    pub fn key(self) -> &'static str {
+        match self {
+            Target::Origin => "origin",
+            Target::Haproxy => "haproxy",
+            Target::Nginx => "nginx",
+            Target::Headway => "headway",
+        }
+    }
+}
+
+/// A column of seed 002's matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum)]
+pub enum Test {
+    /// L4 connections/s (TCP proxy, one request per connection).
+    L4,
+    /// L7 requests/s, one request per connection.
+    #[value(name = "l7-1")]
+    L7One,
+    /// L7 requests/s, 10 requests per connection on average.
+    #[value(name = "l7-10")]
+    L7Ten,
+    /// L7 requests/s over keep-alive connections.
+    #[value(name = "l7-unlimited")]
+    L7Unlimited,
+    /// HTTP/2 requests/s with prior knowledge.
+    H2,
+}
+
+impl Test {
+    /// Every test, in report order.
+    pub const ALL: [Test; 5] = [
+        Test::L4,
+        Test::L7One,
+        Test::L7Ten,
+        Test::L7Unlimited,
+        Test::H2,
+    ];
+
+    /// Its name in tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            Test::L4 => "L4 conn/s (1 req/conn)",
+            Test::L7One => "L7 1 req/conn",
+            Test::L7Ten => "L7 10 req/conn",
+            Test::L7Unlimited => "L7 unlimited req/conn",
+            Test::H2 => "HTTP/2 (h2c)",
+        }
+    }
+
+    /// Its name on the command line and in CSV.
+    pub fn key(self) -> &'static str {
+        match self {
+            Test::L4 => "l4",
+            Test::L7One => "l7-1",
+            Test::L7Ten => "l7-10",
+            Test::L7Unlimited => "l7-unlimited",
+            Test::H2 => "h2",
+        }
+    }
+
+    /// How its requests are spread over connections.
+    pub fn per_connection(self) -> PerConnection {
+        match self {
+            Test::L4 | Test::L7One => PerConnection::One,
+            Test::L7Ten => PerConnection::Ten,
+            Test::L7Unlimited | Test::H2 => PerConnection::Unlimited,
+        }
+    }
+
+    fn is_l7(self) -> bool {
+        matches!(self, Test::L7One | Test::L7Ten | Test::L7Unlimited)
+    }
+}
+
+/// The seed's response sizes (KB read as KiB).
+pub const SIZES: [u64; 5] = [128, 2 << 10, 8 << 10, 64 << 10, 512 << 10];
+/// The response size of the L4 and HTTP/2 cells.
+pub const SMALL: u64 = 128;
+
+/// One cell of the matrix: a test at a response size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Cell {
+    /// The test.
+    pub test: Test,
+    /// The response body, bytes.
+    pub size: u64,
+}
+
+impl Cell {
+    fn label(&self) -> String {
+        format!("{} {}", self.test.label(), size_label(self.size))
+    }
+}
+
+/// The cells a run measures, in report order: `tests` (all when empty) and, for the L7 tests,
+/// `sizes` (the seed's five when empty; 128 B, and 64 KiB for unlimited, with `quick`).
+pub fn cells(quick: bool, tests: &[Test], sizes: &[u64]) -> Vec<Cell> {
+    let mut out = Vec::new();
+    for test in Test::ALL {
+        if !tests.is_empty() && !tests.contains(&test) {
+            continue;
+        }
+        let l7_sizes: Vec<u64> = if !sizes.is_empty() {
+            sizes.to_vec()
+        } else if quick && test == Test::L7Unlimited {
+            vec![SMALL, 64 << 10]
+        } else if quick {
+            vec![SMALL]
+        } else {
+            SIZES.to_vec()
+        };
+        if test.is_l7() {
+            out.extend(l7_sizes.into_iter().map(|size| Cell { test, size }));
+        } else {
+            out.push(Cell { test, size: SMALL });
+        }
+    }
+    out
+}
+
+/// `128 B`, `2 KiB`, `1.5 KiB`.
+fn size_label(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+/// Where a target listens for each kind of test.
+#[derive(Debug, Clone, Copy)]
+struct Ends {
+    l7: SocketAddr,
+    l4: SocketAddr,
+    h2: Option<SocketAddr>,
+}
+
+impl Ends {
+    fn of(&self, test: Test) -> Option<SocketAddr> {
+        match test {
+            Test::L4 => Some(self.l4),
+            Test::H2 => self.h2,
+            _ => Some(self.l7),
+        }
+    }
+
+    fn describe(&self) -> String {
+        let mut s = format!("L7 {}", self.l7);
+        if self.l4 != self.l7 {
+            s += &format!(", L4 {}", self.l4);
+        }
+        if let Some(h2) = self.h2 {
+            s += &format!(", h2c {h2}");
+        }
+        s
+    }
+}
+
+/// A target: started, or why not.
+#[derive(Debug)]
+struct Instance {
+    target: Target,
+    ends: Ends,
+    proc: Option<Proc>,
+    failure: Option<String>,
+}
+
+/// One run: what the load tool saw and the CPU time the target used meanwhile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// The load tool's outcome.
+    pub outcome: Outcome,
+    /// User + system seconds of the target's processes during the run.
+    pub cpu_seconds: f64,
+}
+
+impl Sample {
+    /// CPU-seconds per 100,000 good responses; `None` without any.
+    pub fn cpu_per_100k(&self) -> Option<f64> {
+        (self.outcome.good > 0).then(|| self.cpu_seconds / self.outcome.good as f64 * 1e5)
+    }
+}
+
+/// Everything measured for one cell and target.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Entry {
+    /// The runs that produced numbers.
+    pub samples: Vec<Sample>,
+    /// The runs that did not, with why.
+    pub errors: Vec<String>,
+}
+
+impl Entry {
+    /// Median good responses per second.
+    pub fn rps(&self) -> Option<f64> {
+        let v: Vec<f64> = self
+            .samples
+            .iter()
+            .map(|s| s.outcome.good_per_second())
+            .collect();
+        median(&v)
+    }
+
+    /// Median CPU-seconds per 100,000 good responses.
+    pub fn cpu_per_100k(&self) -> Option<f64> {
+        let v: Vec<f64> = self
+            .samples
+            .iter()
+            .filter_map(Sample::cpu_per_100k)
+            .collect();
+        median(&v)
+    }
+
+    /// Socket errors and error statuses over all runs.
+    pub fn trouble(&self) -> (u64, u64) {
+        self.samples.iter().fold((0, 0), |(e, b), s| {
+            (e + s.outcome.socket_errors, b + s.outcome.bad_status())
+        })
+    }
+}
+
+/// Results by cell and target.
+pub type Results = BTreeMap<(Cell, Target), Entry>;
+
+/// Runs the benchmark.
+pub fn run(args: AdcArgs) -> Result<()> {
+    interrupt::install();
+    let seconds = args
+        .seconds
+        .unwrap_or(if args.quick { 2 } else { 3 })
+        .max(1);
+    let repeats = args
+        .repeats
+        .unwrap_or(if args.quick { 1 } else { 3 })
+        .max(1);
+    let sizes: Vec<u64> = args.sizes.iter().map(|s| s.bytes()).collect();
+    let mut cells = cells(args.quick, &args.tests, &sizes);
+    let mut notes = Vec::new();
+    let versions = Versions::probe();
+    if versions.wrk.is_none() {
+        bail!("`wrk` is not installed: run `bash scripts/setup.sh` (as root) first");
+    }
+    if versions.h2load.is_none() && cells.iter().any(|c| c.test == Test::H2) {
+        cells.retain(|c| c.test != Test::H2);
+        notes.push(
+            "h2load is not installed (Debian: nghttp2-client): the HTTP/2 cell was skipped."
+                .to_string(),
+        );
+    }
+    anyhow::ensure!(!cells.is_empty(), "no cell matches --tests / --sizes");
+    let mut targets = vec![Target::Origin];
+    targets.extend(
+        args.proxies
+            .iter()
+            .copied()
+            .filter(|t| *t != Target::Origin),
+    );
+    targets.sort();
+    targets.dedup();
+
+    let load_at_start = load_average();
+    let tmp = TempDir::new("headway-bench-adc")?;
+    let script = tmp.path().join("ten-per-connection.lua");
+    std::fs::write(&script, config::TEN_PER_CONNECTION_LUA)?;
+    let ticks = procs::clock_ticks_per_second()?;
+    let exe = std::env::current_exe().context("cannot find the headway binary")?;
+    let exe = exe.to_string_lossy().into_owned();
+    let mut ports = procs::free_ports(1 + 4 * targets.len())?.into_iter();
+    let mut port = move || SocketAddr::from(([127, 0, 0, 1], ports.next().unwrap_or(0)));
+
+    let origin = port();
+    let mut instances = vec![start_origin(&exe, origin, &args, tmp.path())?];
+    let mut configs = vec![(
+        "ten-per-connection.lua".to_string(),
+        config::TEN_PER_CONNECTION_LUA.to_string(),
+    )];
+    for &target in targets.iter().filter(|t| **t != Target::Origin) {
+        let listeners = Listeners {
+            l7: port(),
+            l4: port(),
+            h2: (target != Target::Headway).then(&mut port),
+            admin: (target == Target::Headway).then(&mut port),
+        };
+        let (inst, file) = start_proxy(target, origin, &listeners, &args, tmp.path(), &exe)?;
+        if let Some(f) = &inst.failure {
+            eprintln!("{}: {f}", target.key());
+        }
+        configs.push(file);
+        instances.push(inst);
+    }
+
+    let runs: usize = cells
+        .iter()
+        .map(|c| {
+            instances
+                .iter()
+                .filter(|i| i.proc.is_some() && i.ends.of(c.test).is_some())
+                .count()
+        })
+        .sum::<usize>()
+        * repeats as usize;
+    eprintln!(
+        "adc: {} cells × {} running targets × {repeats} runs of {seconds} s: about {} min",
+        cells.len(),
+        instances.iter().filter(|i| i.proc.is_some()).count(),
+        (runs as f64 * (seconds as f64 + 0.1) / 60.0).ceil()
+    );
+
+    let mut results = Results::new();
+    let ctx = RunContext {
+        args: &args,
+        seconds,
+        script: &script,
+        dir: tmp.path(),
+        ticks,
+    };
+    let mut done = 0;
+    for cell in &cells {
+        for round in 0..repeats as usize {
+            let n = instances.len();
+            for k in 0..n {
+                interrupt::check()?;
+                let inst = &mut instances[(k + round) % n];
+                let Some(addr) = inst.ends.of(cell.test) else {
+                    continue;
+                };
+                let Some(proc) = inst.proc.as_mut() else {
+                    continue;
+                };
+                done += 1;
+                let entry = results.entry((*cell, inst.target)).or_default();
+                match measure(&ctx, proc, cell, addr) {
+                    Ok(s) => {
+                        eprintln!(
+                            "  [{done}/{runs}] {} · {} · run {}: {:.0} req/s, {} CPU-s/100k",
+                            cell.label(),
+                            inst.target.key(),
+                            round + 1,
+                            s.outcome.good_per_second(),
+                            s.cpu_per_100k().map_or("–".into(), fmt_cpu)
+                        );
+                        entry.samples.push(s);
+                    }
+                    Err(e) if is_interrupt(&e) => return Err(e),
+                    Err(e) => {
+                        eprintln!(
+                            "  [{done}/{runs}] {} · {}: {e:#}",
+                            cell.label(),
+                            inst.target.key()
+                        );
+                        entry.errors.push(format!("{e:#}"));
+                    }
+                }
+                if let Some(status) = inst.proc.as_mut().and_then(Proc::exited) {
+                    let tail = inst
+                        .proc
+                        .as_ref()
+                        .map(|p| p.log_tail(6))
+                        .unwrap_or_default();
+                    let why = format!("exited ({status}) during {}: {tail}", cell.label());
+                    eprintln!("{}: {why}", inst.target.key());
+                    if inst.target == Target::Origin {
+                        bail!("the origin {why}");
+                    }
+                    inst.failure = Some(why);
+                    inst.proc = None;
+                }
+            }
+        }
+    }
+    let status: Vec<(Target, String, String)> = instances
+        .iter()
+        .map(|i| {
+            let state = match &i.failure {
+                Some(f) => f.clone(),
+                None => format!("ran (pid {})", i.proc.as_ref().map_or(0, Proc::pid)),
+            };
+            (i.target, i.ends.describe(), state)
+        })
+        .collect();
+    drop(instances);
+
+    let header = Header {
+        command: command_line(),
+        host: host_line(),
+        versions: versions.line(),
+        seconds,
+        repeats,
+        args: args.clone(),
+        tcp: tcp_settings(),
+        load: (load_at_start, load_average()),
+    };
+    let md = render_markdown(&header, &status, &cells, &targets, &results, &notes);
+    let csv = render_csv(&cells, &targets, &results);
+    println!("{md}");
+    std::fs::create_dir_all(args.out.join("adc-configs"))
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    std::fs::write(args.out.join("adc.md"), &md)?;
+    std::fs::write(args.out.join("adc.csv"), &csv)?;
+    for (name, text) in &configs {
+        std::fs::write(args.out.join("adc-configs").join(name), text)?;
+    }
+    println!(
+        "report: {0}/adc.md, adc.csv; configs in {0}/adc-configs/",
+        args.out.display()
+    );
+    Ok(())
+}
+
+/// What every measurement needs.
+struct RunContext<'a> {
+    args: &'a AdcArgs,
+    seconds: u32,
+    script: &'a Path,
+    dir: &'a Path,
+    ticks: u64,
+}
+
+/// One load run against `addr` with the target's CPU time read before and after.
+fn measure(ctx: &RunContext<'_>, target: &Proc, cell: &Cell, addr: SocketAddr) -> Result<Sample> {
+    let load = Load {
+        url: format!("http://{addr}/corpus/random/{}", cell.size),
+        threads: ctx.args.threads.max(1),
+        connections: ctx.args.connections.max(ctx.args.threads).max(1),
+        seconds: ctx.seconds,
+    };
+    let argv = if cell.test == Test::H2 {
+        load::h2load_argv(&load, ctx.args.streams.max(1))
+    } else {
+        load::wrk_argv(&load, cell.test.per_connection(), ctx.script)
+    };
+    let before = procs::cpu_ticks(target.pid())?;
+    let mut tool = Proc::spawn(&argv, &ctx.dir.join("load.log"))?;
+    let status = tool.wait_exit(Duration::from_secs(u64::from(ctx.seconds) + 30))?;
+    let after = procs::cpu_ticks(target.pid())?;
+    let text = tool.log_text();
+    let parsed = if cell.test == Test::H2 {
+        load::parse_h2load(&text)
+    } else {
+        load::parse_wrk(&text)
+    };
+    let outcome = parsed.with_context(|| format!("`{}` ({status})", tool.command()))?;
+    if outcome.good == 0 {
+        bail!(
+            "no good response ({} with an error status, {} socket errors)",
+            outcome.bad_status(),
+            outcome.socket_errors
+        );
+    }
+    Ok(Sample {
+        outcome,
+        cpu_seconds: after.saturating_sub(before) as f64 / ctx.ticks as f64,
+    })
+}
+
+fn is_interrupt(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<Interrupted>())
+}
+
+/// Starts `headway origin`; failing that there is nothing to measure.
+fn start_origin(exe: &str, addr: SocketAddr, args: &AdcArgs, dir: &Path) -> Result<Instance> {
+    let argv: Vec<String> = vec![
+        exe.into(),
+        "origin".into(),
+        "--listen".into(),
+        addr.to_string(),
+        "--workers".into(),
+        args.origin_workers.max(1).to_string(),
+    ];
+    let mut p = Proc::spawn(&argv, &dir.join("origin.log"))?;
+    if let Err(e) = p.wait_ready(None, &[addr], Duration::from_secs(15)) {
+        if is_interrupt(&e) {
+            return Err(e);
+        }
+        bail!("the origin failed to start: {e}: {}", p.log_tail(6));
+    }
+    Ok(Instance {
+        target: Target::Origin,
+        ends: Ends {
+            l7: addr,
+            l4: addr,
+            h2: None,
+        },
+        proc: Some(p),
+        failure: None,
+    })
+}
+
+/// Writes `target`'s config and starts it; a failure to start is returned as an instance with
+/// `failure` set (only an interrupt is an error). Also returns the config (file name, text).
+fn start_proxy(
+    target: Target,
+    origin: SocketAddr,
+    l: &Listeners,
+    args: &AdcArgs,
+    dir: &Path,
+    exe: &str,
+) -> Result<(Instance, (String, String))> {
+    let workers = args.workers.max(1);
+    let maxconn = config::max_connections(args.connections);
+    let (file, text) = match target {
+        Target::Haproxy => ("haproxy.cfg", config::haproxy(origin, workers, l, maxconn)),
+        Target::Nginx => {
+            let module = Path::new(NGINX_STREAM_MODULE);
+            let module = module.exists().then_some(module);
+            let text = config::nginx(origin, workers, l, maxconn, dir, module);
+            ("nginx.conf", text)
+        }
+        Target::Headway => ("headway.toml", config::headway(origin, workers, l)),
+        Target::Origin => bail!("the origin is not a proxy"),
+    };
+    let path = dir.join(file);
+    std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
+    let path_s = path.display().to_string();
+    let (argv, ready): (Vec<String>, Option<&str>) = match target {
+        Target::Haproxy => (
+            vec!["haproxy".into(), "-f".into(), path_s, "-db".into()],
+            None,
+        ),
+        Target::Nginx => (
+            vec![
+                "nginx".into(),
+                "-c".into(),
+                path_s,
+                "-g".into(),
+                "daemon off;".into(),
+            ],
+            None,
+        ),
+        _ => (
+            vec![exe.into(), "run".into(), "-c".into(), path_s],
+            Some("ready"),
+        ),
+    };
+    let ends = Ends {
+        l7: l.l7,
+        l4: l.l4,
+        h2: Some(l.h2.unwrap_or(l.l7)),
+    };
+    let mut addrs = vec![l.l7, l.l4];
+    addrs.extend(l.h2);
+    let started = Proc::spawn(&argv, &dir.join(format!("{}.log", target.key())))
+        .map_err(|e| format!("failed to start: {e:#}"))
+        .and_then(
+            |mut p| match p.wait_ready(ready, &addrs, Duration::from_secs(15)) {
+                Ok(()) => Ok(Ok(p)),
+                Err(e) if is_interrupt(&e) => Ok(Err(e)),
+                Err(e) => Err(format!("failed to start: {e}: {}", p.log_tail(6))),
+            },
+        );
+    let (proc, failure) = match started {
+        Ok(Ok(p)) => (Some(p), None),
+        Ok(Err(interrupted)) => return Err(interrupted),
+        Err(why) => (None, Some(why)),
+    };
+    Ok((
+        Instance {
+            target,
+            ends,
+            proc,
+            failure,
+        },
+        (file.to_string(), text),
+    ))
+}
+
+/// Debian's dynamic NGINX stream module (libnginx-mod-stream).
+const NGINX_STREAM_MODULE: &str = "/usr/lib/nginx/modules/ngx_stream_module.so";
+
+/// The versions of the tools, `None` for one that is not installed.
+#[derive(Debug, Clone, Default)]
+struct Versions {
+    haproxy: Option<String>,
+    nginx: Option<String>,
+    wrk: Option<String>,
+    h2load: Option<String>,
+}
+
+impl Versions {
+    fn probe() -> Versions {
+        Versions {
+            haproxy: tool_version(&["haproxy", "-v"]),
+            nginx: tool_version(&["nginx", "-v"]),
+            wrk: tool_version(&["wrk", "--version"]),
+            h2load: tool_version(&["h2load", "--version"]),
+        }
+    }
+
+    fn line(&self) -> String {
+        let v = |o: &Option<String>, name: &str| {
+            o.clone()
+                .unwrap_or_else(|| format!("{name} (not installed)"))
+        };
+        format!(
+            "headway {}, {}, {}, {}, {}",
+            env!("CARGO_PKG_VERSION"),
+            v(&self.haproxy, "HAProxy"),
+            v(&self.nginx, "nginx"),
+            v(&self.wrk, "wrk"),
+            v(&self.h2load, "h2load")
+        )
+    }
+}
+
+/// The first line `argv` prints (stdout or stderr, whatever its exit status), tidied.
+fn tool_version(argv: &[&str]) -> Option<String> {
+    let out = crate::netns::output(argv).ok()?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(tidy_version)
+}
+
+/// `HAProxy version 2.6.12-1 2023/… - https://…` → `HAProxy 2.6.12-1`; `nginx version:
+/// nginx/1.22.1` → `nginx/1.22.1`; `wrk 4.1.0 [epoll] Copyright (C) …` → `wrk 4.1.0 [epoll]`.
+fn tidy_version(line: &str) -> String {
+    if let Some(rest) = line.strip_prefix("HAProxy version ") {
+        return format!("HAProxy {}", rest.split_whitespace().next().unwrap_or(""));
+    }
+    let line = line.strip_prefix("nginx version: ").unwrap_or(line);
+    line.split(" Copyright")
+        .next()
+        .unwrap_or(line)
+        .trim()
+        .to_string()
+}
+
+/// The command line as run.
+fn command_line() -> String {
+    let args: Vec<String> = std::env::args().collect();
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    crate::netns::display_command(&refs)
+}
+
+/// Kernel, CPU count and model.
+fn host_line() -> String {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_default();
+    format!("Linux {}, {cpus} CPUs ({model})", kernel.trim())
+}
+
+/// `/proc/loadavg`'s 1, 5 and 15-minute averages.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
+/// The TCP settings that matter for one request per connection, as they are.
+fn tcp_settings() -> String {
+    let read = |k: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{k}"))
+            .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|_| "?".into())
+    };
+    format!(
+        "net.ipv4.tcp_tw_reuse = {}, net.ipv4.ip_local_port_range = {}",
+        read("tcp_tw_reuse"),
+        read("ip_local_port_range")
+    )
+}
+
+/// What the report says about the run besides the numbers.
+#[derive(Debug, Clone)]
+struct Header {
+    command: String,
+    host: String,
+    versions: String,
+    seconds: u32,
+    repeats: u32,
+    args: AdcArgs,
+    tcp: String,
+    /// The load average at the start and at the end (other work on a shared machine).
+    load: (String, String),
+}
+
+/// The Markdown report: setup, targets, the requests/s and the CPU tables, how to read them.
+fn render_markdown(
+    h: &Header,
+    status: &[(Target, String, String)],
+    cells: &[Cell],
+    targets: &[Target],
+    results: &Results,
+    notes: &[String],
+) -> String {
+    let a = &h.args;
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "## Seed 002's F5 ADC matrix on loopback: {} in front of one `headway origin`\n",
+        targets
+            .iter()
+            .filter(|t| **t != Target::Origin)
+            .map(|t| t.label())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let _ = writeln!(md, "Command: `{}`\n", h.command);
+    let _ = writeln!(
+        md,
+        "Host: {}; load average (1 / 5 / 15 min) {} at the start, {} at the end. Versions: {}.\n",
+        h.host, h.load.0, h.load.1, h.versions
+    );
+    let _ = writeln!(
+        md,
+        "Setup: everything on 127.0.0.1. The origin (`headway origin`, {ow} workers) serves \
+         `/corpus/random/SIZE` (incompressible bytes). Every proxy: {w} workers (HAProxy \
+         `nbthread`, NGINX `worker_processes`, Headway `[runtime] workers`), keep-alive to the \
+         origin (HAProxy `http-reuse always`, NGINX `upstream {{ keepalive 64; }}` with HTTP/1.1, \
+         Headway's pool), no access log, no limit on requests per client connection. Load: \
+         `wrk -t {t} -c {c}` (`h2load -t {t} -c {c} -m {m}` for HTTP/2), {s} s per run, the \
+         median of {r} run(s) per cell; in each round of a cell the targets take turns, the \
+         order rotating every round. Nothing is pinned to cores. TCP settings (unchanged): {tcp}.\n",
+        ow = a.origin_workers,
+        w = a.workers,
+        t = a.threads,
+        c = a.connections,
+        m = a.streams,
+        s = h.seconds,
+        r = h.repeats,
+        tcp = h.tcp,
+    );
+    let _ = writeln!(md, "| target | listeners | status |\n|---|---|---|");
+    for (t, ends, state) in status {
+        let _ = writeln!(
+            md,
+            "| {} | {ends} | {} |",
+            t.label(),
+            state.replace('|', "\\|")
+        );
+    }
+    let cols: String = targets
+        .iter()
+        .map(|t| format!(" {} |", t.label()))
+        .collect();
+    let rule: String = targets.iter().map(|_| "---:|").collect();
+    let failed = |t: Target| {
+        status
+            .iter()
+            .any(|(s, _, st)| *s == t && !st.starts_with("ran"))
+    };
+    let table =
+        |title: &str, value: &dyn Fn(&Entry) -> Option<f64>, fmt: &dyn Fn(f64) -> String| {
+            let mut s = format!("\n### {title}\n\n| test | size |{cols}\n|---|---:|{rule}\n");
+            for cell in cells {
+                let _ = write!(s, "| {} | {} |", cell.test.label(), size_label(cell.size));
+                let base = results.get(&(*cell, Target::Haproxy)).and_then(value);
+                for &t in targets {
+                    let text = match results.get(&(*cell, t)) {
+                        Some(e) => match value(e) {
+                            Some(v) => {
+                                let mut x = fmt(v);
+                                if let (Some(b), true) =
+                                    (base, t != Target::Haproxy && t != Target::Origin)
+                                {
+                                    let _ = write!(x, " ({:.2}×)", v / b);
+                                }
+                                if e.trouble() != (0, 0) || !e.errors.is_empty() {
+                                    x.push_str(" †");
+                                }
+                                x
+                            }
+                            None if !e.errors.is_empty() => "error †".into(),
+                            None => "–".into(),
+                        },
+                        None if t == Target::Origin && cell.test == Test::H2 => "n/a".into(),
+                        None if failed(t) => "failed".into(),
+                        None => "–".into(),
+                    };
+                    let _ = write!(s, " {text} |");
+                }
+                s.push('\n');
+            }
+            s
+        };
+    md += &table(
+        "Requests/s (median; × HAProxy's; higher is better)",
+        &Entry::rps,
+        &|v| thousands(v.round() as u64),
+    );
+    md += &table(
+        "CPU-seconds per 100,000 requests (median; × HAProxy's; lower is better)",
+        &Entry::cpu_per_100k,
+        &fmt_cpu,
+    );
+    let _ = writeln!(
+        md,
+        "\nHow to read it:\n\n\
+         - **L4**: one request per connection (`Connection: close`) through a TCP proxy (HAProxy \
+         `mode tcp`, NGINX `stream {{}}`, Headway `kind = \"tcp\"`), so requests/s are \
+         connections/s.\n\
+         - **L7 1 req/conn**: wrk sends `Connection: close` on every request.\n\
+         - **L7 10 req/conn**: a wrk Lua script sends `Connection: close` on every 10th request of \
+         each wrk thread; the server answers it and closes and wrk reconnects. A thread's requests \
+         are spread over its connections, so one connection may carry more or fewer than 10, but \
+         there is exactly one close per 10 requests: 10 per connection on average.\n\
+         - **L7 unlimited**: keep-alive; no proxy closes a client connection on its own.\n\
+         - **HTTP/2**: h2load with prior knowledge (h2c), HTTP/1.1 to the origin. HAProxy: a \
+         `bind … proto h2` listener. NGINX 1.22 (Debian 12) has no `http2 on;` (1.25.1+); \
+         `listen … http2` on a plain-text socket serves h2c with prior knowledge only, so it has \
+         a listener of its own. Headway: its `http` listener. The origin speaks HTTP/1.1 only \
+         (n/a).\n\
+         - **Requests/s** count 2xx/3xx responses only. **CPU** is user + system time of the \
+         target's processes (HAProxy; NGINX master and workers; Headway; in the origin column \
+         the origin itself) from `/proc/PID/stat` before and after each run, in clock ticks \
+         (`getconf CLK_TCK`), per 100,000 good responses. The load tool, the origin and the proxy \
+         share the machine's cores, so requests/s is bounded by all three; CPU per request is \
+         the proxy's own cost.\n\
+         - Sizes are KiB (the seed's 2 KB … 512 KB read as 1,024-byte KB). Configs: \
+         `adc-configs/` beside this report."
+    );
+    let trouble: Vec<String> = results
+        .iter()
+        .filter_map(|((cell, t), e)| {
+            let (sock, bad) = e.trouble();
+            let mut parts = Vec::new();
+            if sock > 0 || bad > 0 {
+                parts.push(format!(
+                    "{sock} socket errors and {bad} error statuses over {} runs",
+                    e.samples.len()
+                ));
+            }
+            parts.extend(e.errors.iter().map(|x| x.replace('\n', " ")));
+            (!parts.is_empty())
+                .then(|| format!("- † {}, {}: {}", cell.label(), t.key(), parts.join("; ")))
+        })
+        .collect();
+    if !trouble.is_empty() || !notes.is_empty() {
+        let _ = writeln!(md, "\nNotes:\n");
+        for n in notes {
+            let _ = writeln!(md, "- {n}");
+        }
+        for t in trouble {
+            let _ = writeln!(md, "{t}");
+        }
+    }
+    md
+}
+
+/// The CSV: one row per run and a `median` row per cell and target (with the ratios to HAProxy).
+fn render_csv(cells: &[Cell], targets: &[Target], results: &Results) -> String {
+    let mut csv = String::from(
+        "test,size_bytes,target,run,good_responses,seconds,requests_per_s,cpu_seconds,\
+         cpu_s_per_100k,socket_errors,bad_status,latency_mean_ms,latency_p99_ms,\
+         rps_vs_haproxy,cpu_vs_haproxy\n",
+    );
+    let opt = |v: Option<f64>, p: usize| v.map(|v| format!("{v:.p$}")).unwrap_or_default();
+    for cell in cells {
+        let base = results.get(&(*cell, Target::Haproxy));
+        for &t in targets {
+            let Some(e) = results.get(&(*cell, t)) else {
+                continue;
+            };
+            let key = format!("{},{},{}", cell.test.key(), cell.size, t.key());
+            for (i, s) in e.samples.iter().enumerate() {
+                let o = &s.outcome;
+                let _ = writeln!(
+                    csv,
+                    "{key},{},{},{:.3},{:.1},{:.3},{},{},{},{},{},,",
+                    i + 1,
+                    o.good,
+                    o.seconds,
+                    o.good_per_second(),
+                    s.cpu_seconds,
+                    opt(s.cpu_per_100k(), 4),
+                    o.socket_errors,
+                    o.bad_status(),
+                    opt(o.latency_mean_ms, 3),
+                    opt(o.latency_p99_ms, 3),
+                );
+            }
+            let ratio = |f: fn(&Entry) -> Option<f64>| match (f(e), base.and_then(f)) {
+                (Some(v), Some(b)) if b > 0.0 => format!("{:.4}", v / b),
+                _ => String::new(),
+            };
+            let (sock, bad) = e.trouble();
+            let _ = writeln!(
+                csv,
+                "{key},median,,,{},,{},{sock},{bad},,,{},{}",
+                opt(e.rps(), 1),
+                opt(e.cpu_per_100k(), 4),
+                ratio(Entry::rps),
+                ratio(Entry::cpu_per_100k),
+            );
+        }
+    }
+    csv
+}
+
+/// `1234567` → `1,234,567`.
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// CPU-seconds with three significant digits or two decimals.
+fn fmt_cpu(v: f64) -> String {
+    if v >= 10.0 {
+        format!("{v:.1}")
+    } else if v >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(good: u64, seconds: f64, cpu: f64) -> Sample {
+        Sample {
+            outcome: Outcome {
+                responses: good,
+                good,
+                seconds,
+                socket_errors: 0,
+                latency_mean_ms: Some(1.0),
+                latency_p99_ms: None,
+            },
+            cpu_seconds: cpu,
+        }
+    }
+
+    #[test]
+    fn the_full_matrix_is_seventeen_cells_in_report_order() {
+        let all = cells(false, &[], &[]);
+        assert_eq!(all.len(), 1 + 3 * 5 + 1);
+        assert_eq!(
+            all[0],
+            Cell {
+                test: Test::L4,
+                size: 128
+            }
+        );
+        assert_eq!(
+            all[1],
+            Cell {
+                test: Test::L7One,
+                size: 128
+            }
+        );
+        assert_eq!(
+            all[5],
+            Cell {
+                test: Test::L7One,
+                size: 512 << 10
+            }
+        );
+        assert_eq!(
+            all[16],
+            Cell {
+                test: Test::H2,
+                size: 128
+            }
+        );
+    }
+
+    #[test]
+    fn quick_and_filters_select_cells() {
+        let quick = cells(true, &[], &[]);
+        let keys: Vec<_> = quick.iter().map(|c| (c.test.key(), c.size)).collect();
+        assert_eq!(
+            keys,
+            [
+                ("l4", 128),
+                ("l7-1", 128),
+                ("l7-10", 128),
+                ("l7-unlimited", 128),
+                ("l7-unlimited", 65536),
+                ("h2", 128)
+            ]
+        );
+        // --sizes applies to the L7 tests only; L4 and HTTP/2 stay at 128 B.
+        let some = cells(false, &[Test::L4, Test::L7Ten], &[1 << 20]);
+        assert_eq!(
+            some,
+            [
+                Cell {
+                    test: Test::L4,
+                    size: 128
+                },
+                Cell {
+                    test: Test::L7Ten,
+                    size: 1 << 20
+                }
+            ]
+        );
+        assert!(cells(false, &[Test::H2], &[])
+            .iter()
+            .all(|c| c.test == Test::H2));
+    }
+
+    #[test]
+    fn entries_take_medians_of_good_responses_and_cpu() {
+        let mut e = Entry::default();
+        e.samples.push(sample(30_000, 3.0, 1.5)); // 10,000/s, 5 CPU-s/100k
+        e.samples.push(sample(60_000, 3.0, 1.2)); // 20,000/s, 2
+        e.samples.push(sample(45_000, 3.0, 4.5)); // 15,000/s, 10
+        assert_eq!(e.rps(), Some(15_000.0));
+        assert_eq!(e.cpu_per_100k(), Some(5.0));
+        assert_eq!(e.trouble(), (0, 0));
+        e.samples[0].outcome.good = 29_000;
+        e.samples[0].outcome.socket_errors = 3;
+        assert_eq!(e.trouble(), (3, 1000));
+        assert_eq!(Entry::default().rps(), None);
+    }
+
+    fn header() -> Header {
+        Header {
+            command: "headway bench adc --quick".into(),
+            host: "Linux 6, 2 CPUs (x)".into(),
+            versions: "headway 0, HAProxy 2.6".into(),
+            seconds: 2,
+            repeats: 1,
+            args: AdcArgs {
+                proxies: vec![],
+                quick: true,
+                tests: vec![],
+                sizes: vec![],
+                seconds: None,
+                repeats: None,
+                workers: 2,
+                origin_workers: 2,
+                threads: 2,
+                connections: 64,
+                streams: 10,
+                out: PathBuf::new(),
+            },
+            tcp: "net.ipv4.tcp_tw_reuse = 2".into(),
+            load: ("0.5 / 0.4 / 0.3".into(), "1.9 / 1.0 / 0.6".into()),
+        }
+    }
+
+    #[test]
+    fn the_report_shows_ratios_to_haproxy_failures_and_errors() {
+        let l4 = Cell {
+            test: Test::L4,
+            size: 128,
+        };
+        let h2 = Cell {
+            test: Test::H2,
+            size: 128,
+        };
+        let targets = [
+            Target::Origin,
+            Target::Haproxy,
+            Target::Nginx,
+            Target::Headway,
+        ];
+        let mut r = Results::new();
+        r.insert(
+            (l4, Target::Origin),
+            Entry {
+                samples: vec![sample(90_000, 3.0, 3.0)],
+                errors: vec![],
+            },
+        );
+        r.insert(
+            (l4, Target::Haproxy),
+            Entry {
+                samples: vec![sample(30_000, 3.0, 1.5)],
+                errors: vec![],
+            },
+        );
+        r.insert(
+            (l4, Target::Nginx),
+            Entry {
+                samples: vec![sample(15_000, 3.0, 1.5)],
+                errors: vec![],
+            },
+        );
+        r.insert(
+            (h2, Target::Haproxy),
+            Entry {
+                samples: vec![sample(30_000, 3.0, 1.5)],
+                errors: vec![],
+            },
+        );
+        r.insert(
+            (h2, Target::Nginx),
+            Entry {
+                samples: vec![],
+                errors: vec!["wrk printed no line".into()],
+            },
+        );
+        let status = vec![
+            (Target::Origin, "L7 127.0.0.1:1".into(), "ran (pid 1)".into()),
+            (Target::Haproxy, "L7 127.0.0.1:2".into(), "ran (pid 2)".into()),
+            (Target::Nginx, "L7 127.0.0.1:3".into(), "ran (pid 3)".into()),
+            (
+                Target::Headway,
+                "L7 127.0.0.1:4".into(),
+                "failed to start: exited (exit status: 64) before it was ready: error: unknown section".into(),
+            ),
+        ];
+        let md = render_markdown(&header(), &status, &[l4, h2], &targets, &r, &[]);
+        assert!(md.contains("Command: `headway bench adc --quick`"), "{md}");
+        assert!(
+            md.contains("0.5 / 0.4 / 0.3 at the start, 1.9 / 1.0 / 0.6 at the end"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| Headway | L7 127.0.0.1:4 | failed to start: exited"),
+            "{md}"
+        );
+        // requests/s: origin 30,000; HAProxy 10,000; NGINX 5,000 = 0.50×; Headway failed.
+        assert!(
+            md.contains(
+                "| L4 conn/s (1 req/conn) | 128 B | 30,000 | 10,000 | 5,000 (0.50×) | failed |"
+            ),
+            "{md}"
+        );
+        // CPU per 100k: HAProxy 5.00, NGINX 10.0 = 2.00×.
+        assert!(
+            md.contains("| 3.33 | 5.00 | 10.0 (2.00×) | failed |"),
+            "{md}"
+        );
+        // The origin does not speak HTTP/2; NGINX's run failed and is explained below.
+        assert!(
+            md.contains("| HTTP/2 (h2c) | 128 B | n/a | 10,000 | error † | failed |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- † HTTP/2 (h2c) 128 B, nginx: wrk printed no line"),
+            "{md}"
+        );
+        assert!(md.contains("10 per connection on average"));
+
+        let csv = render_csv(&[l4, h2], &targets, &r);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert!(lines[0].starts_with("test,size_bytes,target,run,"));
+        assert!(
+            lines.contains(&"l4,128,haproxy,1,30000,3.000,10000.0,1.500,5.0000,0,0,1.000,,,"),
+            "{csv}"
+        );
+        assert!(
+            lines.contains(&"l4,128,nginx,median,,,5000.0,,10.0000,0,0,,,0.5000,2.0000"),
+            "{csv}"
+        );
+        assert!(lines.contains(&"h2,128,nginx,median,,,,,,0,0,,,,"), "{csv}");
+        // Every row has the header's number of fields.
+        let n = lines[0].split(',').count();
+        assert!(lines.iter().all(|l| l.split(',').count() == n), "{csv}");
+    }
+
+    #[test]
+    fn versions_are_tidied() {
+        assert_eq!(
+            tidy_version("HAProxy version 2.6.12-1+deb12u4 2026/10/17 - https://haproxy.org/"),
+            "HAProxy 2.6.12-1+deb12u4"
+        );
+        assert_eq!(tidy_version("nginx version: nginx/1.22.1"), "nginx/1.22.1");
+        assert_eq!(
+            tidy_version("wrk debian/4.1.0-3+b2 [epoll] Copyright (C) 2012 Will Glozer"),
+            "wrk debian/4.1.0-3+b2 [epoll]"
+        );
+        assert_eq!(
+            tidy_version("h2load nghttp2/1.52.0"),
+            "h2load nghttp2/1.52.0"
+        );
+    }
+
+    #[test]
+    fn numbers_are_formatted_for_reading() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(fmt_cpu(12.345), "12.3");
+        assert_eq!(fmt_cpu(2.345), "2.35");
+        assert_eq!(fmt_cpu(0.12345), "0.123");
+        assert_eq!(size_label(128), "128 B");
+        assert_eq!(size_label(512 << 10), "512 KiB");
+        assert_eq!(size_label(1 << 20), "1 MiB");
+        assert_eq!(size_label(1500), "1500 B");
+    }
+}

@@ -1,0 +1,294 @@
+//! The config files `headway bench adc` runs each proxy with, and wrk's 10-per-connection script.
+//!
+//! Pure text generation: each function takes the origin's address, the worker count and the
+//! listeners, and returns the file's text; the caller writes it into the run's temp dir. Every
+//! proxy gets the same treatment, so the comparison is of the proxies and not of their tuning:
+//!
+//! - the same number of data-plane workers (HAProxy `nbthread`, NGINX `worker_processes`,
+//!   Headway `[runtime] workers`);
+//! - keep-alive to the origin, idle connections shared between client connections (HAProxy
+//!   `http-reuse always`; NGINX `upstream { keepalive 64; }` with HTTP/1.1 and an empty
+//!   `Connection` header; Headway's server pool by default);
+//! - no access log;
+//! - no limit on requests per client connection (NGINX's `keepalive_requests` would close every
+//!   1,000th, HAProxy has none), so "unlimited" means unlimited for all;
+//! - an L4 (`tcp`) listener, an L7 (HTTP/1.1) listener and, where the proxy needs its own, an
+//!   HTTP/2 prior-knowledge (h2c) listener.
+//!
+//! It does not start anything or pick ports (that is the parent module).
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// Where one proxy listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listeners {
+    /// HTTP/1.1 (layer 7).
+    pub l7: SocketAddr,
+    /// TCP (layer 4).
+    pub l4: SocketAddr,
+    /// HTTP/2 with prior knowledge; `None` when the L7 listener takes it too.
+    pub h2: Option<SocketAddr>,
+    /// The admin API (Headway only).
+    pub admin: Option<SocketAddr>,
+}
+
+/// The connection limit each proxy is configured with: far above the load tool's connections,
+/// within the file-descriptor limit of a default shell (HAProxy refuses to start when
+/// `2 × maxconn` exceeds it).
+pub fn max_connections(load_connections: u32) -> u32 {
+    load_connections.saturating_mul(4).max(4096)
+}
+
+/// HAProxy's config (`haproxy -f FILE -db`): `nbthread`, no `log` line (so no logging),
+/// `http-reuse always` to the origin, an `mode tcp` listener, and a `proto h2` bind for
+/// HTTP/2 prior knowledge.
+pub fn haproxy(origin: SocketAddr, workers: u32, l: &Listeners, maxconn: u32) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# headway bench adc: HAProxy in front of `headway origin` at {origin}.\n\
+         global\n    nbthread {workers}\n    maxconn {maxconn}\n    # no `log` line: nothing is logged\n\n\
+         defaults\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n\n\
+         frontend l7\n    mode http\n    bind {}\n    default_backend origin\n",
+        l.l7
+    );
+    if let Some(h2) = l.h2 {
+        let _ = writeln!(
+            s,
+            "frontend h2\n    mode http\n    bind {h2} proto h2\n    default_backend origin\n"
+        );
+    }
+    let _ = write!(
+        s,
+        "backend origin\n    mode http\n    # keep-alive to the origin; idle connections shared by all client connections\n    \
+         http-reuse always\n    server origin {origin}\n\n\
+         listen l4\n    mode tcp\n    bind {}\n    server origin {origin}\n",
+        l.l4
+    );
+    s
+}
+
+/// NGINX's config (`nginx -c FILE -g 'daemon off;'`), with its pid file, error log and temp
+/// paths in `dir`. `stream_module` is the dynamic `ngx_stream_module.so` to load (Debian's
+/// libnginx-mod-stream), `None` when the stream module is built in.
+///
+/// `proxy_max_temp_file_size 0` keeps NGINX from spilling large responses to disk when the
+/// client reads slower than the origin sends (it then waits, as HAProxy and Headway do).
+/// NGINX 1.22 (Debian 12) has no `http2 on;` (1.25.1+): `listen … http2` on a plain-text socket
+/// serves HTTP/2 with prior knowledge only, so it gets a listener of its own.
+pub fn nginx(
+    origin: SocketAddr,
+    workers: u32,
+    l: &Listeners,
+    maxconn: u32,
+    dir: &Path,
+    stream_module: Option<&Path>,
+) -> String {
+    let d = dir.display();
+    let mut s = String::from("# headway bench adc: NGINX in front of `headway origin`.\n");
+    if let Some(m) = stream_module {
+        let _ = writeln!(s, "load_module {};", m.display());
+    }
+    let _ = writeln!(
+        s,
+        "worker_processes {workers};\n\
+         worker_rlimit_nofile {nofile};\n\
+         pid {d}/nginx.pid;\n\
+         error_log {d}/nginx-error.log warn;\n\n\
+         events {{\n    worker_connections {maxconn};\n}}\n\n\
+         http {{\n    access_log off;\n    keepalive_requests 1000000;\n\
+         \x20   client_body_temp_path {d}/nginx-client-body;\n\
+         \x20   proxy_temp_path {d}/nginx-proxy;\n\
+         \x20   fastcgi_temp_path {d}/nginx-fastcgi;\n\
+         \x20   uwsgi_temp_path {d}/nginx-uwsgi;\n\
+         \x20   scgi_temp_path {d}/nginx-scgi;\n\n\
+         \x20   upstream origin {{\n        server {origin};\n        keepalive 64;\n        keepalive_requests 1000000;\n    }}\n\n\
+         \x20   server {{\n        listen {};",
+        l.l7,
+        nofile = maxconn.saturating_mul(2),
+    );
+    if let Some(h2) = l.h2 {
+        let _ = writeln!(s, "        listen {h2} http2;");
+    }
+    let _ = write!(
+        s,
+        "        location / {{\n            proxy_pass http://origin;\n            proxy_http_version 1.1;\n\
+         \x20           proxy_set_header Connection \"\";\n            proxy_max_temp_file_size 0;\n        }}\n    }}\n}}\n\n\
+         stream {{\n    upstream origin {{\n        server {origin};\n    }}\n\n\
+         \x20   server {{\n        listen {};\n        proxy_pass origin;\n    }}\n}}\n",
+        l.l4
+    );
+    s
+}
+
+/// Headway's config (`headway run -c FILE`): one round-robin server group with the origin, an
+/// `http` virtual server (HTTP/1.1 and HTTP/2 prior knowledge on one listener) and a `tcp` one.
+pub fn headway(origin: SocketAddr, workers: u32, l: &Listeners) -> String {
+    let admin = l
+        .admin
+        .map_or_else(|| "127.0.0.1:0".to_string(), |a| a.to_string());
+    format!(
+        "# headway bench adc: Headway in front of `headway origin`.\n\
+         [admin]\nlisten = \"{admin}\"\n\n\
+         [runtime]\nworkers = {workers}\n\n\
+         [[server_group]]\nname = \"origin\"\nmethod = \"round-robin\"\n\
+         [[server_group.server]]\naddress = \"{origin}\"\n\n\
+         [[virtual_server]]\nname = \"l7\"\nkind = \"http\"\nlisten = \"{}\"\ngroup = \"origin\"\n\n\
+         [[virtual_server]]\nname = \"l4\"\nkind = \"tcp\"\nlisten = \"{}\"\ngroup = \"origin\"\n",
+        l.l7, l.l4
+    )
+}
+
+/// wrk's Lua script for the 10-requests-per-connection cells.
+///
+/// Each wrk thread counts its requests and sends `Connection: close` on every 10th; the server
+/// answers that request and closes, and wrk opens a new connection. A thread's requests are
+/// spread over its connections, so one connection may carry more or fewer than 10, but there is
+/// exactly one close per 10 requests: 10 requests per connection on average.
+pub const TEN_PER_CONNECTION_LUA: &str = r#"-- headway bench adc: 10 requests per connection on average.
+-- Every 10th request of a thread asks the server to close the connection; wrk then reconnects.
+local n = 0
+local keep, close
+
+function init(args)
+  keep = wrk.format()
+  close = wrk.format(nil, nil, { ["Connection"] = "close" })
+end
+
+function request()
+  n = n + 1
+  if n % 10 == 0 then
+    return close
+  end
+  return keep
+end
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    fn listeners(h2: bool) -> Listeners {
+        Listeners {
+            l7: addr(8001),
+            l4: addr(8002),
+            h2: h2.then(|| addr(8003)),
+            admin: Some(addr(9290)),
+        }
+    }
+
+    #[test]
+    fn haproxy_has_threads_reuse_l4_and_an_h2_bind_and_no_log() {
+        let c = haproxy(addr(8080), 2, &listeners(true), 4096);
+        for want in [
+            "nbthread 2",
+            "maxconn 4096",
+            "bind 127.0.0.1:8001\n",
+            "bind 127.0.0.1:8003 proto h2",
+            "http-reuse always",
+            "server origin 127.0.0.1:8080",
+            "listen l4\n    mode tcp\n    bind 127.0.0.1:8002",
+        ] {
+            assert!(c.contains(want), "missing {want:?} in\n{c}");
+        }
+        assert!(!c.lines().any(|l| l.trim_start().starts_with("log ")));
+        assert!(!haproxy(addr(8080), 2, &listeners(false), 4096).contains("proto h2"));
+    }
+
+    #[test]
+    fn nginx_has_workers_upstream_keepalive_stream_and_paths_in_the_temp_dir() {
+        let module = Path::new("/usr/lib/nginx/modules/ngx_stream_module.so");
+        let c = nginx(
+            addr(8080),
+            3,
+            &listeners(true),
+            4096,
+            Path::new("/tmp/x"),
+            Some(module),
+        );
+        for want in [
+            "load_module /usr/lib/nginx/modules/ngx_stream_module.so;",
+            "worker_processes 3;",
+            "worker_connections 4096;",
+            "pid /tmp/x/nginx.pid;",
+            "error_log /tmp/x/nginx-error.log warn;",
+            "access_log off;",
+            "keepalive_requests 1000000;",
+            "keepalive 64;",
+            "listen 127.0.0.1:8001;",
+            "listen 127.0.0.1:8003 http2;",
+            "proxy_http_version 1.1;",
+            "proxy_set_header Connection \"\";",
+            "proxy_max_temp_file_size 0;",
+            "stream {",
+            "listen 127.0.0.1:8002;",
+        ] {
+            assert!(c.contains(want), "missing {want:?} in\n{c}");
+        }
+        // Every temp path is in the run's directory, none in /var/lib/nginx.
+        for l in c.lines().filter(|l| l.contains("_temp_path")) {
+            assert!(l.contains("/tmp/x/"), "{l}");
+        }
+        // Braces balance, so nginx can parse it.
+        assert_eq!(c.matches('{').count(), c.matches('}').count());
+        let builtin = nginx(
+            addr(8080),
+            1,
+            &listeners(false),
+            4096,
+            Path::new("/t"),
+            None,
+        );
+        assert!(!builtin.contains("load_module"));
+        assert!(!builtin.contains("http2"));
+    }
+
+    #[test]
+    fn headway_follows_the_config_contract() {
+        let c = headway(addr(8080), 2, &listeners(false));
+        let v: toml::Value = toml::from_str(&c).unwrap();
+        assert_eq!(v["admin"]["listen"].as_str(), Some("127.0.0.1:9290"));
+        assert_eq!(v["runtime"]["workers"].as_integer(), Some(2));
+        let g = &v["server_group"][0];
+        assert_eq!(g["name"].as_str(), Some("origin"));
+        assert_eq!(g["method"].as_str(), Some("round-robin"));
+        assert_eq!(g["server"][0]["address"].as_str(), Some("127.0.0.1:8080"));
+        let vs = v["virtual_server"].as_array().unwrap();
+        let kinds: Vec<_> = vs
+            .iter()
+            .map(|s| {
+                (
+                    s["kind"].as_str().unwrap(),
+                    s["listen"].as_str().unwrap(),
+                    s["group"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("http", "127.0.0.1:8001", "origin"),
+                ("tcp", "127.0.0.1:8002", "origin")
+            ]
+        );
+    }
+
+    #[test]
+    fn the_lua_script_closes_every_tenth_request() {
+        assert!(TEN_PER_CONNECTION_LUA.contains("n % 10 == 0"));
+        assert!(TEN_PER_CONNECTION_LUA.contains(r#"["Connection"] = "close""#));
+        assert!(TEN_PER_CONNECTION_LUA.contains("function request()"));
+    }
+
+    #[test]
+    fn max_connections_is_far_above_the_load() {
+        assert_eq!(max_connections(64), 4096);
+        assert_eq!(max_connections(2000), 8000);
+    }
+}
