@@ -9,8 +9,16 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::adc::{AdcSnapshot, ReloadReport, ServerSnapshot};
 use crate::control::LinkViewJson;
 use crate::wanopt::WanoptStats;
+
+/// A request body.
+enum Body {
+    None,
+    Json(serde_json::Value),
+    Text(String),
+}
 
 /// A client of one Headway instance's admin API.
 #[derive(Debug, Clone)]
@@ -119,12 +127,14 @@ impl Client {
         struct Links {
             links: Vec<LinkViewJson>,
         }
-        Ok(self.json::<Links>("GET", "/api/v1/links", None)?.links)
+        Ok(self
+            .json::<Links>("GET", "/api/v1/links", Body::None)?
+            .links)
     }
 
     /// `GET /api/v1/links/{name}`.
     pub fn link(&self, name: &str) -> Result<LinkViewJson, ClientError> {
-        self.json("GET", &link_path(name), None)
+        self.json("GET", &link_path(name), Body::None)
     }
 
     /// `PUT /api/v1/links/{name}` with the given text specs; returns the link's new state.
@@ -144,19 +154,62 @@ impl Client {
         self.json(
             "PUT",
             &link_path(name),
-            Some(serde_json::Value::Object(body)),
+            Body::Json(serde_json::Value::Object(body)),
         )
     }
 
     /// `GET /api/v1/wanopt/stats` as the JSON the API sent (a 404 [`ClientError::Api`] when
     /// no WAN optimizer runs).
     pub fn wanopt_stats_json(&self) -> Result<serde_json::Value, ClientError> {
-        self.json("GET", "/api/v1/wanopt/stats", None)
+        self.json("GET", "/api/v1/wanopt/stats", Body::None)
     }
 
     /// `GET /api/v1/wanopt/stats`.
     pub fn wanopt_stats(&self) -> Result<WanoptStats, ClientError> {
-        self.json("GET", "/api/v1/wanopt/stats", None)
+        self.json("GET", "/api/v1/wanopt/stats", Body::None)
+    }
+
+    /// `GET /api/v1/adc`.
+    pub fn adc(&self) -> Result<AdcSnapshot, ClientError> {
+        self.json("GET", "/api/v1/adc", Body::None)
+    }
+
+    /// `GET /api/v1/adc` as the JSON the API sent.
+    pub fn adc_json(&self) -> Result<serde_json::Value, ClientError> {
+        self.json("GET", "/api/v1/adc", Body::None)
+    }
+
+    /// `PUT /api/v1/adc/groups/{group}/servers/{server}`: `enabled`, `disabled`, `draining`.
+    pub fn set_server_state(
+        &self,
+        group: &str,
+        server: &str,
+        state: &str,
+    ) -> Result<ServerSnapshot, ClientError> {
+        self.json(
+            "PUT",
+            &format!(
+                "/api/v1/adc/groups/{}/servers/{}",
+                encode(group),
+                encode(server)
+            ),
+            Body::Json(json!({ "state": state })),
+        )
+    }
+
+    /// `GET /api/v1/config`: the running config file's text.
+    pub fn config_text(&self) -> Result<String, ClientError> {
+        self.text("/api/v1/config")
+    }
+
+    /// `PUT /api/v1/config`: validates and applies a whole config file.
+    pub fn replace_config(&self, text: String) -> Result<ReloadReport, ClientError> {
+        self.json("PUT", "/api/v1/config", Body::Text(text))
+    }
+
+    /// `POST /api/v1/config/reload`: the instance reads its config file again.
+    pub fn reload_config(&self) -> Result<ReloadReport, ClientError> {
+        self.json("POST", "/api/v1/config/reload", Body::None)
     }
 
     /// `GET /metrics`: the OpenMetrics text.
@@ -169,22 +222,21 @@ impl Client {
     }
 
     /// Sends a request and returns the status and body text, mapping transport errors.
-    fn call(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<serde_json::Value>,
-    ) -> Result<(u16, String), ClientError> {
+    fn call(&self, method: &str, path: &str, body: Body) -> Result<(u16, String), ClientError> {
         let url = self.url(path);
         let auth = self.token.as_ref().map(|t| format!("Bearer {t}"));
-        let result = match (method, body) {
-            ("PUT", Some(body)) => {
-                let mut r = self.agent.put(&url);
-                if let Some(a) = &auth {
-                    r = r.header("authorization", a);
-                }
-                r.send_json(body)
+        let with_body = |mut r: ureq::RequestBuilder<ureq::typestate::WithBody>| {
+            if let Some(a) = &auth {
+                r = r.header("authorization", a);
             }
+            r
+        };
+        let result = match (method, body) {
+            ("PUT", Body::Json(body)) => with_body(self.agent.put(&url)).send_json(body),
+            ("PUT", Body::Text(text)) => with_body(self.agent.put(&url))
+                .header("content-type", "application/toml")
+                .send(text.as_bytes()),
+            ("POST", _) => with_body(self.agent.post(&url)).send_empty(),
             _ => {
                 let mut r = self.agent.get(&url);
                 if let Some(a) = &auth {
@@ -218,14 +270,14 @@ impl Client {
     }
 
     fn text(&self, path: &str) -> Result<String, ClientError> {
-        self.call("GET", path, None).map(|(_, t)| t)
+        self.call("GET", path, Body::None).map(|(_, t)| t)
     }
 
     fn json<T: DeserializeOwned>(
         &self,
         method: &str,
         path: &str,
-        body: Option<serde_json::Value>,
+        body: Body,
     ) -> Result<T, ClientError> {
         let (_, text) = self.call(method, path, body)?;
         serde_json::from_str(&text).map_err(|e| ClientError::Protocol {
@@ -277,8 +329,13 @@ fn error_message(text: &str) -> String {
 
 /// `/api/v1/links/{name}` with `name` percent-encoded.
 fn link_path(name: &str) -> String {
-    let mut p = String::from("/api/v1/links/");
-    for b in name.bytes() {
+    format!("/api/v1/links/{}", encode(name))
+}
+
+/// A path segment, percent-encoded.
+fn encode(segment: &str) -> String {
+    let mut p = String::new();
+    for b in segment.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
             p.push(char::from(b));
         } else {

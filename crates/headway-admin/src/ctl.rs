@@ -52,6 +52,58 @@ pub enum CtlCommand {
     /// The WAN optimizer's counters.
     #[command(subcommand)]
     Wanopt(WanoptCommand),
+    /// The ADC: virtual servers, groups and servers, with state and counters.
+    Adc {
+        /// Print the API's JSON instead of the tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Enable, disable or drain an ADC server.
+    #[command(subcommand)]
+    Server(AdcCommand),
+    /// Show, replace or reload the running config.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+/// `headway ctl server …`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum AdcCommand {
+    /// Put a server back in service.
+    Enable {
+        /// The server group.
+        group: String,
+        /// The server's name.
+        server: String,
+    },
+    /// Take a server out of service at once (requests in flight finish).
+    Disable {
+        /// The server group.
+        group: String,
+        /// The server's name.
+        server: String,
+    },
+    /// No new clients; persistent sessions and requests in flight finish.
+    Drain {
+        /// The server group.
+        group: String,
+        /// The server's name.
+        server: String,
+    },
+}
+
+/// `headway ctl config …`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the running config file.
+    Show,
+    /// Make the instance read its config file again (as SIGHUP does).
+    Reload,
+    /// Validate FILE and apply it live; a bad file is refused and the running config stays.
+    Replace {
+        /// The new config file.
+        file: std::path::PathBuf,
+    },
 }
 
 /// `headway ctl wanopt …`.
@@ -143,6 +195,50 @@ pub fn run_to(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         }
         CtlCommand::Wanopt(WanoptCommand::Stats { json: false }) => {
             crate::wanopt::write_stats(out, &client.wanopt_stats()?)?;
+        }
+        CtlCommand::Adc { json: true } => {
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&client.adc_json()?)?
+            )?;
+        }
+        CtlCommand::Adc { json: false } => {
+            crate::adc::write_adc(out, &client.adc()?)?;
+        }
+        CtlCommand::Server(cmd) => {
+            let (group, server, state) = match &cmd {
+                AdcCommand::Enable { group, server } => (group, server, "enabled"),
+                AdcCommand::Disable { group, server } => (group, server, "disabled"),
+                AdcCommand::Drain { group, server } => (group, server, "draining"),
+            };
+            let s = client.set_server_state(group, server, state)?;
+            writeln!(
+                out,
+                "{group}/{}: {} ({}), {} active",
+                s.name, s.admin_state, s.health, s.active
+            )?;
+        }
+        CtlCommand::Config(ConfigCommand::Show) => {
+            out.write_all(client.config_text()?.as_bytes())?;
+        }
+        CtlCommand::Config(ConfigCommand::Reload) => {
+            let r = client.reload_config()?;
+            writeln!(
+                out,
+                "config generation {} applied: {} virtual server(s), {} group(s)",
+                r.generation, r.virtual_servers, r.groups
+            )?;
+        }
+        CtlCommand::Config(ConfigCommand::Replace { file }) => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let r = client.replace_config(text)?;
+            writeln!(
+                out,
+                "config generation {} applied: {} virtual server(s), {} group(s)",
+                r.generation, r.virtual_servers, r.groups
+            )?;
         }
     }
     Ok(())

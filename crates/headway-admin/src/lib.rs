@@ -1,9 +1,10 @@
 //! Headway's admin API: the REST endpoints, Prometheus exposition, and the `headway ctl` client.
 //!
 //! This crate owns the admin listener's HTTP surface and its client. It does not own the things
-//! it controls: the binary implements [`LinkControl`] over whatever runs the links and
-//! [`WanoptControl`] over the WAN-optimizer appliance (so this crate depends on neither the
-//! emulator nor the appliance) and hands in the Prometheus registry its roles have registered
+//! it controls: the binary implements [`LinkControl`] over whatever runs the links,
+//! [`WanoptControl`] over the WAN-optimizer appliance and [`AdcControl`] over the proxy (this
+//! crate depends on neither the emulator nor the appliance; it shares the proxy's snapshot
+//! types) and hands in the Prometheus registry its roles have registered
 //! their metrics in. The appliance's metrics are collected on scrape ([`WanoptCollector`]).
 //!
 //! ## Routes
@@ -16,6 +17,12 @@
 //! | `GET /api/v1/links/{name}` | one [`LinkViewJson`], or 404 |
 //! | `PUT /api/v1/links/{name}` | body [`SetLinkRequest`]; 200 with the new view, 400 for a bad spec (nothing applied), 404 unknown link |
 //! | `GET /api/v1/wanopt/stats` (also `/wanopt/stats`) | the WAN optimizer's [`WanoptStats`], or 404 when none runs |
+//! | `GET /api/v1/adc` | the ADC's [`AdcSnapshot`] (virtual servers, groups, servers: config, state, counters), or 404 when none runs |
+//! | `GET /api/v1/adc/groups/{group}/servers/{server}` | one [`ServerSnapshot`] |
+//! | `PUT /api/v1/adc/groups/{group}/servers/{server}` | body [`SetServerRequest`] (`{"state": "draining"}`): enable, disable or drain; 200 with the server |
+//! | `GET /api/v1/config` | the running config file's text |
+//! | `PUT /api/v1/config` | body: a whole config file (TOML, ≤ 1 MiB); validated, then its ADC sections applied live; 200 [`ReloadReport`], 400 with `file:line:col: …` (nothing changed) |
+//! | `POST /api/v1/config/reload` | the config file read from disk again and applied the same way (what SIGHUP does) |
 //!
 //! Errors are JSON objects `{"error": "…"}`. When a token is configured, every route except
 //! `/healthz` requires `Authorization: Bearer <token>` (401 otherwise). Request bodies are
@@ -27,16 +34,23 @@
 //! - Client: [`Client`] (blocking), and [`CtlArgs`] + [`run`] for `headway ctl`.
 #![forbid(unsafe_code)]
 
+mod adc;
 mod client;
 mod control;
 mod ctl;
 mod server;
 mod wanopt;
 
+pub use adc::{
+    write_adc, AdcCollector, AdcControl, AdcSnapshot, BoxFuture, GroupSnapshot, ReloadReport,
+    ServerSnapshot, SetServerRequest, VirtualServerSnapshot,
+};
 pub use client::{Client, ClientError};
 pub use control::{LinkControl, LinkView, LinkViewJson, SetLinkRequest};
-pub use ctl::{run, run_to, CtlArgs, CtlCommand, LinkCommand, WanoptCommand};
-pub use server::{router, serve, AdminState, BODY_LIMIT, OPENMETRICS_CONTENT_TYPE};
+pub use ctl::{
+    run, run_to, AdcCommand, ConfigCommand, CtlArgs, CtlCommand, LinkCommand, WanoptCommand,
+};
+pub use server::{router, serve, AdminState, BODY_LIMIT, CONFIG_LIMIT, OPENMETRICS_CONTENT_TYPE};
 pub use wanopt::{
     write_stats, WanoptCollector, WanoptControl, WanoptGroup, WanoptStats, WanoptStore,
     WanoptTunnel,

@@ -28,8 +28,12 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use serde_json::json;
 
+use crate::adc::{AdcCollector, AdcControl, SetServerRequest};
 use crate::control::{LinkControl, LinkViewJson, SetLinkRequest};
 use crate::wanopt::{WanoptCollector, WanoptControl};
+
+/// The largest config file accepted by `PUT /api/v1/config`, in bytes.
+pub const CONFIG_LIMIT: usize = 1 << 20;
 
 /// The largest request body accepted, in bytes; larger bodies get 413.
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -43,6 +47,7 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
 pub struct AdminState {
     control: Arc<dyn LinkControl>,
     wanopt: Option<Arc<dyn WanoptControl>>,
+    adc: Option<Arc<dyn AdcControl>>,
     registry: Arc<Registry>,
     token: Option<Arc<str>>,
     requests: Family<RequestLabels, Counter>,
@@ -76,11 +81,27 @@ impl AdminState {
     pub fn with_wanopt(
         control: Arc<dyn LinkControl>,
         wanopt: Option<Arc<dyn WanoptControl>>,
+        registry: Registry,
+        token: Option<String>,
+    ) -> Self {
+        AdminState::with_roles(control, wanopt, None, registry, token)
+    }
+
+    /// Like [`AdminState::with_wanopt`], with an ADC when `adc` is given: serves its state and
+    /// counters at `/api/v1/adc`, server state changes, the config routes, and registers an
+    /// [`AdcCollector`] (`adc_*` metrics). Without one, those routes answer 404.
+    pub fn with_roles(
+        control: Arc<dyn LinkControl>,
+        wanopt: Option<Arc<dyn WanoptControl>>,
+        adc: Option<Arc<dyn AdcControl>>,
         mut registry: Registry,
         token: Option<String>,
     ) -> Self {
         if let Some(w) = &wanopt {
             registry.register_collector(Box::new(WanoptCollector::new(w.clone())));
+        }
+        if let Some(a) = &adc {
+            registry.register_collector(Box::new(AdcCollector::new(a.clone())));
         }
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
@@ -91,6 +112,7 @@ impl AdminState {
         AdminState {
             control,
             wanopt,
+            adc,
             registry: Arc::new(registry),
             token: token.map(Arc::from),
             requests,
@@ -124,6 +146,18 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/v1/links/{name}", get(show_link).put(set_link))
         .route("/api/v1/wanopt/stats", get(wanopt_stats))
         .route("/wanopt/stats", get(wanopt_stats))
+        .route("/api/v1/adc", get(adc_snapshot))
+        .route(
+            "/api/v1/adc/groups/{group}/servers/{server}",
+            get(adc_server).put(adc_set_server),
+        )
+        .route(
+            "/api/v1/config",
+            get(config_text)
+                .put(config_replace)
+                .layer(DefaultBodyLimit::max(CONFIG_LIMIT)),
+        )
+        .route("/api/v1/config/reload", axum::routing::post(config_reload))
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -279,12 +313,155 @@ async fn wanopt_stats(State(state): State<AdminState>) -> Response {
     }
 }
 
+fn no_adc() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "no ADC runs in this instance: add [[virtual_server]] and [[server_group]] sections to \
+         its config file and restart `headway run`",
+    )
+}
+
+async fn adc_snapshot(State(state): State<AdminState>) -> Response {
+    match &state.adc {
+        Some(a) => Json(a.snapshot()).into_response(),
+        None => no_adc(),
+    }
+}
+
+fn find_server(
+    adc: &dyn AdcControl,
+    group: &str,
+    server: &str,
+) -> Result<crate::adc::ServerSnapshot, Box<Response>> {
+    let s = adc.snapshot();
+    let Some(g) = s.groups.iter().find(|g| g.name == group) else {
+        let known: Vec<&str> = s.groups.iter().map(|g| g.name.as_str()).collect();
+        return Err(Box::new(error(
+            StatusCode::NOT_FOUND,
+            format!("no server group `{group}`; groups: {}", known.join(", ")),
+        )));
+    };
+    g.servers
+        .iter()
+        .find(|v| v.name == server)
+        .cloned()
+        .ok_or_else(|| {
+            let known: Vec<&str> = g.servers.iter().map(|v| v.name.as_str()).collect();
+            Box::new(error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "group `{group}` has no server `{server}`; servers: {}",
+                    known.join(", ")
+                ),
+            ))
+        })
+}
+
+async fn adc_server(
+    State(state): State<AdminState>,
+    Path((group, server)): Path<(String, String)>,
+) -> Response {
+    let Some(adc) = &state.adc else {
+        return no_adc();
+    };
+    match find_server(adc.as_ref(), &group, &server) {
+        Ok(s) => Json(s).into_response(),
+        Err(r) => *r,
+    }
+}
+
+async fn adc_set_server(
+    State(state): State<AdminState>,
+    Path((group, server)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let Some(adc) = &state.adc else {
+        return no_adc();
+    };
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return error(e.status(), e.body_text()),
+    };
+    let req: SetServerRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "the body is not a valid request: {e}; send {{\"state\": \"draining\"}} \
+                     with `enabled`, `disabled` or `draining`"
+                ),
+            )
+        }
+    };
+    match adc.set_server_state(&group, &server, &req.state) {
+        Ok(()) => match find_server(adc.as_ref(), &group, &server) {
+            Ok(s) => Json(s).into_response(),
+            Err(r) => *r,
+        },
+        Err((true, m)) => error(StatusCode::NOT_FOUND, m),
+        Err((false, m)) => error(StatusCode::BAD_REQUEST, m),
+    }
+}
+
+async fn config_text(State(state): State<AdminState>) -> Response {
+    match &state.adc {
+        Some(a) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/toml; charset=utf-8"),
+            )],
+            a.config_text(),
+        )
+            .into_response(),
+        None => no_adc(),
+    }
+}
+
+async fn config_replace(
+    State(state): State<AdminState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let Some(adc) = state.adc.clone() else {
+        return no_adc();
+    };
+    let body = match body {
+        Ok(b) => b,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the config is larger than {CONFIG_LIMIT} bytes"),
+            )
+        }
+        Err(e) => return error(e.status(), e.body_text()),
+    };
+    let Ok(text) = String::from_utf8(body.to_vec()) else {
+        return error(StatusCode::BAD_REQUEST, "the config is not UTF-8 text");
+    };
+    match adc.replace_config(text).await {
+        Ok(r) => Json(r).into_response(),
+        Err(m) => error(StatusCode::BAD_REQUEST, m),
+    }
+}
+
+async fn config_reload(State(state): State<AdminState>) -> Response {
+    let Some(adc) = state.adc.clone() else {
+        return no_adc();
+    };
+    match adc.reload().await {
+        Ok(r) => Json(r).into_response(),
+        Err(m) => error(StatusCode::BAD_REQUEST, m),
+    }
+}
+
 async fn no_route(method: Method, uri: Uri) -> Response {
     error(
         StatusCode::NOT_FOUND,
         format!(
             "no route {method} {}; routes: GET /healthz, GET /metrics, GET /api/v1/links, \
-             GET|PUT /api/v1/links/{{name}}, GET /api/v1/wanopt/stats",
+             GET|PUT /api/v1/links/{{name}}, GET /api/v1/wanopt/stats, GET /api/v1/adc, \
+             GET|PUT /api/v1/adc/groups/{{group}}/servers/{{server}}, GET|PUT /api/v1/config, \
+             POST /api/v1/config/reload",
             uri.path()
         ),
     )

@@ -3,7 +3,7 @@
 //! This module owns [`Config`] and every check that spans more than one value: unique link
 //! names, valid and distinct interface names, a token for an exposed admin API, and each link
 //! direction's [`Params`] built from its specs and validated. The `[wanopt]` section's checks
-//! live in [`crate::wanopt`], called from here. Nothing else in Headway validates
+//! live in [`crate::wanopt`] and the ADC's in [`crate::adc`], called from here. Nothing else in Headway validates
 //! configuration: a [`Config`] is correct by construction.
 //!
 //! Entry points: [`Config::from_file`], [`Config::parse`], or `Config::try_from(ConfigFile)`.
@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use headway_link::{Params, ParamsError};
 use toml::Spanned;
 
+use crate::adc::{AdcConfig, RuntimeConfig};
 use crate::file::{AdminSection, ConfigFile, LinkSection, Origin};
 use crate::spec::{LinkSpecInput, SpecError};
 use crate::wanopt::WanoptConfig;
@@ -34,6 +35,10 @@ pub struct Config {
     pub links: Vec<LinkConfig>,
     /// The WAN-optimizer appliance, if `[wanopt]` is present.
     pub wanopt: Option<WanoptConfig>,
+    /// Process-wide runtime settings (`[runtime]`).
+    pub runtime: RuntimeConfig,
+    /// The ADC (`[[virtual_server]]`, `[[server_group]]`, `[[monitor]]`); empty when absent.
+    pub adc: AdcConfig,
 }
 
 impl Config {
@@ -256,10 +261,19 @@ impl TryFrom<ConfigFile> for Config {
             Some(w) => Some(crate::wanopt::wanopt(w.get_ref(), origin)?),
             None => None,
         };
+        let runtime = crate::adc::runtime(file.runtime.as_ref(), origin)?;
+        let adc = crate::adc::adc(
+            &file.monitor,
+            &file.server_group,
+            &file.virtual_server,
+            origin,
+        )?;
         Ok(Config {
             admin,
             links,
             wanopt,
+            runtime,
+            adc,
         })
     }
 }

@@ -18,10 +18,16 @@
 //! | `[[wanopt.service]]` | an explicit service: listen address → target through a peer ([`ServiceSection`]); repeatable |
 //! | `[wanopt.intercept]` | transparent (TPROXY) interception ([`InterceptSection`]) |
 //! | `[[wanopt.intercept.rule]]` | which intercepted flows go to which peer and class ([`RuleSection`]); repeatable |
+//! | `[runtime]` | data-plane worker threads, shutdown grace ([`RuntimeSection`]) |
+//! | `[[monitor]]` | a health check of the ADC's servers ([`MonitorSection`]); repeatable |
+//! | `[[server_group]]` | servers sharing a load, with method, limits, pool, persistence ([`ServerGroupSection`]); repeatable |
+//! | `[[server_group.server]]` | one server ([`ServerSection`]) |
+//! | `[[virtual_server]]` | an ADC listener, `http` or `tcp` ([`VirtualServerSection`]); repeatable |
+//! | `[[virtual_server.rule]]` | a content-switching rule ([`AdcRuleSection`]) |
 //!
-//! Sections for the other roles (`[[virtual_server]]`, `[overlay]`, …) will be added here as
-//! those roles land. Until then any other top-level key or section is an error,
-//! so a misspelt or not-yet-supported section never goes unnoticed.
+//! Sections for the other roles (`[overlay]`, …) will be added here as those roles land. Until
+//! then any other top-level key or section is an error, so a misspelt or not-yet-supported
+//! section never goes unnoticed.
 //!
 //! ## Example
 //!
@@ -39,6 +45,13 @@ use crate::config::{ConfigError, Location};
 use crate::spec::LinkSpecInput;
 use crate::suggest::did_you_mean;
 
+mod adc;
+pub use adc::{
+    HeaderMatchSection, HeaderRulesSection, MonitorSection, PersistenceSection,
+    RuleSection as AdcRuleSection, RuntimeSection, ServerGroupSection, ServerSection,
+    VirtualServerSection,
+};
+
 /// The whole config file as written.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -51,6 +64,17 @@ pub struct ConfigFile {
     pub link: Vec<LinkSection>,
     /// The WAN-optimizer appliance (`[wanopt]`). Default: none (the appliance does not run).
     pub wanopt: Option<Spanned<WanoptSection>>,
+    /// Process-wide runtime settings (`[runtime]`). Default: one worker per CPU.
+    pub runtime: Option<Spanned<RuntimeSection>>,
+    /// Health monitors of the ADC (`[[monitor]]`). Default: none.
+    #[serde(default)]
+    pub monitor: Vec<MonitorSection>,
+    /// The ADC's server groups (`[[server_group]]`). Default: none.
+    #[serde(default)]
+    pub server_group: Vec<ServerGroupSection>,
+    /// The ADC's virtual servers (`[[virtual_server]]`). Default: none (no proxy runs).
+    #[serde(default)]
+    pub virtual_server: Vec<VirtualServerSection>,
     /// Where the file came from, to turn spans into line and column.
     #[serde(skip)]
     pub(crate) origin: Origin,

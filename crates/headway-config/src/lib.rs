@@ -36,16 +36,19 @@
 //! | [`file`] | the TOML schema as written (serde, spans) |
 //! | `config` | [`Config`], the conversion and the checks of `[admin]` and `[[link]]` |
 //! | [`wanopt`] | [`WanoptConfig`] and the checks of `[wanopt]` (peers, services, interception, files) |
+//! | [`adc`] | [`AdcConfig`], [`RuntimeConfig`] and the checks of `[runtime]`, `[[monitor]]`, `[[server_group]]`, `[[virtual_server]]` |
 //! | [`spec`] | the link spec syntax ([`LinkSpec`]) |
 //! | `suggest` | did-you-mean suggestions |
 #![forbid(unsafe_code)]
 
+pub mod adc;
 mod config;
 pub mod file;
 pub mod spec;
 mod suggest;
 pub mod wanopt;
 
+pub use adc::{AdcConfig, RuntimeConfig};
 pub use config::{
     AdminConfig, AdminError, Config, ConfigError, LinkConfig, Location, DEFAULT_ADMIN_LISTEN,
 };

@@ -683,7 +683,7 @@ fn peer_ref(
     ))
 }
 
-fn socket(
+pub(crate) fn socket(
     s: &Spanned<String>,
     what: &str,
     proto: &str,
@@ -702,7 +702,7 @@ fn socket(
 }
 
 /// `path` against the config file's directory when relative.
-fn resolve(path: &Path, origin: &Origin) -> PathBuf {
+pub(crate) fn resolve(path: &Path, origin: &Origin) -> PathBuf {
     if path.is_relative() {
         Path::new(&origin.path)
             .parent()

@@ -25,6 +25,10 @@ pub struct OriginArgs {
     /// `Cache-Control` header for documents (e.g. `max-age=60`); none by default.
     #[arg(long)]
     pub cache_control: Option<String>,
+    /// This server's name, sent as `X-Origin` on every response (to tell servers apart behind
+    /// a load balancer); none by default.
+    #[arg(long)]
+    pub name: Option<String>,
     /// Runtime worker threads; default: one per CPU.
     #[arg(long)]
     pub workers: Option<usize>,
@@ -37,6 +41,7 @@ impl OriginArgs {
             listen: self.listen,
             latency: self.latency,
             cache_control: self.cache_control.clone(),
+            name: self.name.clone(),
         }
     }
 }

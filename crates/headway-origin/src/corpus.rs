@@ -2,8 +2,9 @@
 //!
 //! This module owns the byte generator behind every body the origin serves. It is pure: no I/O,
 //! no clock, no global randomness. Entry points are [`fill`] (any window of a stream),
-//! [`Document`] (a finite prefix of a stream, with a chunk iterator, its ETag and its SHA-256)
-//! and [`sha256`]; [`FILES`] names the seed documents of scenario 000.
+//! [`Document`] (a finite prefix of a stream, optionally with an [`Edit`], with a chunk
+//! iterator, its ETag and its SHA-256) and [`sha256`]; [`FILES`] names the seed documents of
+//! scenario 000.
 //!
 //! # Streams and documents
 //!
@@ -53,6 +54,28 @@
 //! - *Speed.* `random` is pure counter arithmetic (several GB/s in release builds). The other
 //!   kinds do one table lookup per byte on top of the noise; the server additionally caches whole
 //!   generated periods, so steady-state serving is zero-copy slicing.
+//!
+//! # Edited documents
+//!
+//! An [`Edit`] makes a *lightly modified copy* of a document, the case a WAN optimizer's dedup
+//! must send cheaply: a share of the document's bytes replaced by random [`PATCH`]-byte patches
+//! at random places, as `headway-dedup`'s codec test `lightly_modified_copy_costs_little` does.
+//! For a document of `size` bytes and a share of `ppm` parts per million the edit has
+//! `n = round(size × ppm / 10⁶ / PATCH)` patches (at least one when `ppm > 0` and `size > 0`),
+//! each `min(PATCH, size)` bytes long:
+//!
+//! - the edit key is `k = mix(mix(seed ^ EDIT_SALT) ^ mix(ppm) ^ mix(size).rotate_left(17))`,
+//!   so edits of other shares or sizes are unrelated, not sub- or supersets of each other;
+//! - patch `i` starts at `mix(k + (2i + 1) × GAMMA) mod (size − len + 1)` (uniform, patches may
+//!   overlap) and its bytes are the noise stream keyed `mix(k + (2i + 2) × GAMMA)` from 0;
+//! - patches are laid over the unedited bytes in order of their start (by `i` among equal
+//!   starts), a later one over an earlier one where they overlap.
+//!
+//! [`Patches`] is that sorted list, computed once (O(n log n)) and laid over any window with
+//! [`Patches::apply`] (O(log n + patches in the window)), so an edited document streams like
+//! any other. Because patches may overlap, and a random byte equals the one it replaces one
+//! time in 256, slightly fewer than `size × ppm / 10⁶` bytes actually differ. An edit has at
+//! most [`MAX_PATCHES`] patches (the list must fit one request's memory).
 
 use std::fmt;
 use std::str::FromStr;
@@ -136,18 +159,35 @@ impl FromStr for Kind {
     }
 }
 
-/// The document `(kind, size, seed)`: the first `size` bytes of the `(kind, seed)` stream.
+/// The document `(kind, size, seed)`: the first `size` bytes of the `(kind, seed)` stream,
+/// with an optional [`Edit`] laid over them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Document {
     kind: Kind,
     size: u64,
     seed: u64,
+    edit: Option<Edit>,
 }
 
 impl Document {
-    /// The document of `size` bytes of kind `kind` with seed `seed`.
+    /// The document of `size` bytes of kind `kind` with seed `seed` (unedited).
     pub const fn new(kind: Kind, size: u64, seed: u64) -> Self {
-        Self { kind, size, seed }
+        Self {
+            kind,
+            size,
+            seed,
+            edit: None,
+        }
+    }
+
+    /// This document with `edit` laid over it (`None`: unedited).
+    pub const fn with_edit(self, edit: Option<Edit>) -> Self {
+        Self { edit, ..self }
+    }
+
+    /// The edit laid over the stream's bytes, if any.
+    pub const fn edit(&self) -> Option<Edit> {
+        self.edit
     }
 
     /// The document's kind.
@@ -165,10 +205,16 @@ impl Document {
         self.seed
     }
 
-    /// A strong entity tag, deterministic in generation, kind, size and seed (with quotes).
+    /// A strong entity tag, deterministic in generation, kind, size, seed and edit (with
+    /// quotes): `"hw1-doc-5000-1"`, edited `"hw1-doc-5000-1-e10000.7"` (share in parts per
+    /// million, edit seed).
     pub fn etag(&self) -> String {
+        let edit = self
+            .edit
+            .map(|e| format!("-e{}.{}", e.ppm(), e.seed()))
+            .unwrap_or_default();
         format!(
-            "\"hw{}-{}-{}-{}\"",
+            "\"hw{}-{}-{}-{}{edit}\"",
             GENERATION,
             self.kind.as_str(),
             self.size,
@@ -176,12 +222,27 @@ impl Document {
         )
     }
 
+    /// The patches of this document's edit (empty when unedited), for [`Document::fill_with`].
+    pub fn patches(&self) -> Patches {
+        self.edit
+            .map_or_else(Patches::default, |e| Patches::new(e, self.size))
+    }
+
     /// Fills `buf` with the document's bytes from `offset`, stopping at the document's end.
     /// Returns how many bytes were written (0 if `offset >= size`).
+    ///
+    /// An edited document computes its [`Patches`] on every call; to fill many windows, compute
+    /// them once with [`Document::patches`] and call [`Document::fill_with`].
     pub fn fill(&self, offset: u64, buf: &mut [u8]) -> usize {
+        self.fill_with(&self.patches(), offset, buf)
+    }
+
+    /// [`Document::fill`] with this document's `patches` computed beforehand.
+    pub fn fill_with(&self, patches: &Patches, offset: u64, buf: &mut [u8]) -> usize {
         let left = self.size.saturating_sub(offset);
         let n = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
         fill(self.kind, self.seed, offset, &mut buf[..n]);
+        patches.apply(offset, &mut buf[..n]);
         n
     }
 
@@ -189,18 +250,20 @@ impl Document {
     pub fn chunks(&self, chunk: usize) -> Chunks {
         Chunks {
             doc: *self,
+            patches: self.patches(),
             offset: 0,
             chunk: chunk.max(1),
         }
     }
 
-    /// The SHA-256 of the document's bytes.
+    /// The SHA-256 of the document's bytes (edit included).
     pub fn sha256(&self) -> [u8; 32] {
         let mut hasher = Sha256::new();
         let mut buf = vec![0u8; 256 * 1024];
+        let patches = self.patches();
         let mut offset = 0;
         loop {
-            let n = self.fill(offset, &mut buf);
+            let n = self.fill_with(&patches, offset, &mut buf);
             if n == 0 {
                 break;
             }
@@ -215,6 +278,7 @@ impl Document {
 #[derive(Debug, Clone)]
 pub struct Chunks {
     doc: Document,
+    patches: Patches,
     offset: u64,
     chunk: usize,
 }
@@ -229,13 +293,182 @@ impl Iterator for Chunks {
         }
         let n = usize::try_from(left).unwrap_or(usize::MAX).min(self.chunk);
         let mut v = vec![0; n];
-        self.doc.fill(self.offset, &mut v);
+        self.doc.fill_with(&self.patches, self.offset, &mut v);
         self.offset += n as u64;
         Some(v)
     }
 }
 
-/// The SHA-256 of the document `(kind, size, seed)`, for verifying transfers.
+/// Length of one patch of an [`Edit`], bytes.
+pub const PATCH: usize = 64;
+
+/// Most patches one edit may have (16 bytes each in [`Patches`]: 64 MiB).
+pub const MAX_PATCHES: u64 = 1 << 22;
+
+/// Mixed into every edit key, so that edit keys and stream keys never coincide.
+const EDIT_SALT: u64 = 0x6564_6974_0000_0005;
+
+/// A share of a document's bytes replaced by random [`PATCH`]-byte patches at random places
+/// (see "Edited documents" in the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Edit {
+    ppm: u32,
+    seed: u64,
+}
+
+impl Edit {
+    /// Parts per million in one percent.
+    pub const PPM_PER_PERCENT: u32 = 10_000;
+
+    /// An edit of `ppm` parts per million of the bytes (10 000 = 1 %; clamped to 10⁶ = all),
+    /// placed and filled by `seed`.
+    pub const fn new(ppm: u32, seed: u64) -> Self {
+        let ppm = if ppm > 1_000_000 { 1_000_000 } else { ppm };
+        Self { ppm, seed }
+    }
+
+    /// A share written as a percentage from 0 to 100 with at most four decimals, with or
+    /// without a trailing `%` (raw or percent-encoded as `%25`), in parts per million: `1%` →
+    /// 10 000, `0.1` → 1000, `100` → 10⁶; `None` for anything else (`200%`, `abc`, `1e2`).
+    pub fn parse_share(text: &str) -> Option<u32> {
+        let v = text
+            .strip_suffix("%25")
+            .or_else(|| text.strip_suffix('%'))
+            .unwrap_or(text);
+        let (whole, frac) = v.split_once('.').unwrap_or((v, ""));
+        let digits = |s: &str| s.bytes().all(|c| c.is_ascii_digit());
+        if whole.is_empty() || whole.len() > 3 || !digits(whole) || !digits(frac) {
+            return None;
+        }
+        if frac.len() > 4 || v.ends_with('.') {
+            return None;
+        }
+        let whole: u32 = whole.parse().ok()?;
+        let frac: u32 = format!("{frac:0<4}").parse().ok()?;
+        let ppm = whole * Self::PPM_PER_PERCENT + frac;
+        (ppm <= 100 * Self::PPM_PER_PERCENT).then_some(ppm)
+    }
+
+    /// The share of bytes replaced, parts per million.
+    pub const fn ppm(&self) -> u32 {
+        self.ppm
+    }
+
+    /// The share of bytes replaced, percent.
+    pub fn percent(&self) -> f64 {
+        f64::from(self.ppm) / f64::from(Self::PPM_PER_PERCENT)
+    }
+
+    /// The seed of the patches' places and bytes.
+    pub const fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The number of patches this edit makes in a document of `size` bytes.
+    pub fn patch_count(&self, size: u64) -> u64 {
+        if self.ppm == 0 || size == 0 {
+            return 0;
+        }
+        let edited = u128::from(size) * u128::from(self.ppm);
+        let per_patch = 1_000_000 * PATCH as u128;
+        let n = (edited + per_patch / 2) / per_patch;
+        u64::try_from(n).unwrap_or(u64::MAX).max(1)
+    }
+
+    /// The query that asks the origin for this edit: `edit=1%25&edit_seed=7`.
+    pub fn query(&self) -> String {
+        format!("edit={}%25&edit_seed={}", self.percent_text(), self.seed)
+    }
+
+    /// The share as a short decimal number of percent: `1`, `0.1`, `12.5`.
+    fn percent_text(&self) -> String {
+        let per = Self::PPM_PER_PERCENT;
+        let (whole, frac) = (self.ppm / per, self.ppm % per);
+        if frac == 0 {
+            whole.to_string()
+        } else {
+            let digits = format!("{frac:04}");
+            format!("{whole}.{}", digits.trim_end_matches('0'))
+        }
+    }
+}
+
+impl fmt::Display for Edit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}% (seed {})", self.percent_text(), self.seed)
+    }
+}
+
+/// The patches of an [`Edit`] on a document of a given size, sorted by start: what
+/// [`Document::fill_with`] lays over generated bytes. Empty for an unedited document.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Patches {
+    /// `(start, noise key)` of every patch, sorted by start (stable: by index among equals).
+    list: Vec<(u64, u64)>,
+    /// The length of every patch: `min(PATCH, size)`.
+    len: u64,
+}
+
+impl Patches {
+    /// The patches `edit` makes in a document of `size` bytes; at most [`MAX_PATCHES`] (a
+    /// larger edit is cut to that many: callers that take requests refuse it beforehand).
+    pub fn new(edit: Edit, size: u64) -> Patches {
+        let count = edit.patch_count(size).min(MAX_PATCHES);
+        let len = size.min(PATCH as u64);
+        let span = size - len + 1;
+        let key =
+            mix(mix(edit.seed ^ EDIT_SALT) ^ mix(u64::from(edit.ppm)) ^ mix(size).rotate_left(17));
+        let word = |j: u64| mix(key.wrapping_add(j.wrapping_mul(GAMMA)));
+        let mut list: Vec<(u64, u64)> = (0..count)
+            .map(|i| (word(2 * i + 1) % span, word(2 * i + 2)))
+            .collect();
+        list.sort_by_key(|&(start, _)| start);
+        Patches { list, len }
+    }
+
+    /// The number of patches.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Whether there are none (an unedited document).
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// The patches that overlap bytes `offset .. offset + len`, in the order they are laid.
+    fn within(&self, offset: u64, len: usize) -> impl Iterator<Item = &(u64, u64)> {
+        let end = offset.saturating_add(len as u64);
+        // Every patch has the same length, so "ends at or before `offset`" holds for a prefix.
+        let first = self
+            .list
+            .partition_point(|&(start, _)| start + self.len <= offset);
+        self.list[first..]
+            .iter()
+            .take_while(move |&&(start, _)| start < end)
+    }
+
+    /// Whether any patch overlaps bytes `offset .. offset + len`.
+    pub fn touches(&self, offset: u64, len: usize) -> bool {
+        len > 0 && self.within(offset, len).next().is_some()
+    }
+
+    /// Lays the patches over `buf`, which holds the unedited bytes from stream offset `offset`.
+    pub fn apply(&self, offset: u64, buf: &mut [u8]) {
+        let end = offset + buf.len() as u64;
+        for &(start, key) in self.within(offset, buf.len()) {
+            let from = start.max(offset);
+            let to = (start + self.len).min(end);
+            fill_noise(
+                key,
+                from - start,
+                &mut buf[(from - offset) as usize..(to - offset) as usize],
+            );
+        }
+    }
+}
+
+/// The SHA-256 of the (unedited) document `(kind, size, seed)`, for verifying transfers.
 pub fn sha256(kind: Kind, size: u64, seed: u64) -> [u8; 32] {
     Document::new(kind, size, seed).sha256()
 }

@@ -22,12 +22,21 @@
 //! | `GET /corpus/{pdf\|doc\|random\|html}/{size}` | the document of that kind, `size` (`12MB`, `64KiB`, `128B`, `1500`; parsed as a [`headway_core::ByteSize`]) and seed |
 //! | `GET /files/{name}` | a named seed document ([`corpus::FILES`]: `pdf_small` 1.24 MB … `doc_large` 12.14 MB) |
 //! | `GET /healthz` | 200 `ok` |
+//! | `/echo` (any method) | a JSON object with the request's method, target, headers and body length (after the server's latency) |
 //! | `GET /status/{code}` | that status (200–599) with a short body |
 //! | anything else | 404 with a short body |
 //!
-//! Document queries: `?seed=N` (default 1; for `/files` it replaces the file's own seed) and
-//! `?latency=50ms` (delay before the response headers, replacing the server-wide
-//! [`OriginConfig::latency`]); other parameters are ignored. Bad parameters get 400, other
+//! With [`OriginConfig::name`] set, every response carries `X-Origin: <name>`.
+//!
+//! Document queries:
+//!
+//! | query | meaning |
+//! | --- | --- |
+//! | `?seed=N` | the stream's seed (default 1; for `/files` it replaces the file's own seed) |
+//! | `?latency=50ms` | delay before the response headers, replacing the server-wide [`OriginConfig::latency`] |
+//! | `?edit=1%` (`1%25`, `1`; 0–100, up to four decimals) and `&edit_seed=N` (default 1) | the document with that share of its bytes replaced by deterministic random 64-byte patches at deterministic random places ([`corpus::Edit`]); `edit=0` is no edit. Ranges, `ETag` (it differs from the unedited one) and SHA-256 ([`Document::sha256`] of `doc.with_edit(..)`) cover the edit |
+//!
+//! Other parameters are ignored. Bad parameters get 400 (`edit=200%`, `edit=abc`), other
 //! methods than GET and HEAD 405, and requests hyper cannot parse 400 (the connection is then
 //! closed; the server goes on).
 //!
@@ -52,5 +61,5 @@ pub mod server;
 
 pub use cli::{run, OriginArgs};
 pub use client::{fetch, fetch_blocking, Fetch, FetchError};
-pub use corpus::{Document, Kind};
+pub use corpus::{Document, Edit, Kind};
 pub use server::{listen, serve, ListenError, OriginConfig};

@@ -10,7 +10,7 @@ use std::time::Duration;
 use headway_core::units::parse_duration;
 use headway_core::ByteSize;
 
-use crate::corpus::{self, Document, Kind};
+use crate::corpus::{self, Document, Edit, Kind};
 
 /// What a request target asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +52,21 @@ pub enum RouteError {
     /// `/status/{code}` is not a number in 200..=599.
     #[error("bad status `{0}` (a number from 200 to 599)")]
     Status(String),
+    /// `?edit=` is not a percentage from 0 to 100 with at most four decimals.
+    #[error("bad edit `{0}` (a percentage from 0 to 100, e.g. 1%, 0.1%, 5)")]
+    Edit(String),
+    /// `?edit_seed=` is not an unsigned 64-bit integer.
+    #[error("bad edit_seed `{0}` (an unsigned integer)")]
+    EditSeed(String),
+    /// The edit would need more than [`corpus::MAX_PATCHES`] patches in this document.
+    #[error(
+        "edit too large: {patches} patches of 64 bytes (at most {})",
+        corpus::MAX_PATCHES
+    )]
+    EditTooLarge {
+        /// The number of patches it would need.
+        patches: u64,
+    },
 }
 
 impl Route {
@@ -74,10 +89,7 @@ impl Route {
                     .parse()
                     .map_err(|_| RouteError::Size((*size).to_owned()))?;
                 let q = Query::parse(query)?;
-                Ok(Route::Document {
-                    doc: Document::new(kind, size.bytes(), q.seed.unwrap_or(1)),
-                    latency: q.latency,
-                })
+                q.document(Document::new(kind, size.bytes(), q.seed.unwrap_or(1)))
             }
             ["files", name] => match corpus::file(name) {
                 Some(doc) => {
@@ -86,10 +98,7 @@ impl Route {
                         Some(seed) => Document::new(doc.kind(), doc.size(), seed),
                         None => doc,
                     };
-                    Ok(Route::Document {
-                        doc,
-                        latency: q.latency,
-                    })
+                    q.document(doc)
                 }
                 None => Ok(Route::NotFound),
             },
@@ -103,6 +112,9 @@ impl Route {
 struct Query {
     seed: Option<u64>,
     latency: Option<Duration>,
+    /// `edit`, parts per million.
+    edit: Option<u32>,
+    edit_seed: Option<u64>,
 }
 
 impl Query {
@@ -118,10 +130,36 @@ impl Query {
                     q.latency =
                         Some(parse_duration(v).map_err(|_| RouteError::Latency(v.to_owned()))?);
                 }
+                "edit" => {
+                    q.edit =
+                        Some(Edit::parse_share(v).ok_or_else(|| RouteError::Edit(v.to_owned()))?);
+                }
+                "edit_seed" => {
+                    q.edit_seed = Some(v.parse().map_err(|_| RouteError::EditSeed(v.to_owned()))?);
+                }
                 _ => {}
             }
         }
         Ok(q)
+    }
+
+    /// The document route for `doc` with this query's edit and latency. `edit=0` is no edit;
+    /// `edit_seed` without `edit` is ignored.
+    fn document(&self, doc: Document) -> Result<Route, RouteError> {
+        let edit = self
+            .edit
+            .filter(|&ppm| ppm > 0)
+            .map(|ppm| Edit::new(ppm, self.edit_seed.unwrap_or(1)));
+        if let Some(e) = edit {
+            let patches = e.patch_count(doc.size());
+            if patches > corpus::MAX_PATCHES {
+                return Err(RouteError::EditTooLarge { patches });
+            }
+        }
+        Ok(Route::Document {
+            doc: doc.with_edit(edit),
+            latency: self.latency,
+        })
     }
 }
 
@@ -266,6 +304,95 @@ mod tests {
                 latency: None
             })
         );
+    }
+
+    #[test]
+    fn edits() {
+        let doc = corpus::file("doc_large").unwrap();
+        let edited = |ppm, seed| {
+            Ok(Route::Document {
+                doc: doc.with_edit(Some(Edit::new(ppm, seed))),
+                latency: None,
+            })
+        };
+        assert_eq!(
+            Route::parse("/files/doc_large", Some("edit=1%")),
+            edited(10_000, 1)
+        );
+        assert_eq!(
+            Route::parse("/files/doc_large", Some("edit=0.1%25&edit_seed=9")),
+            edited(1000, 9)
+        );
+        assert_eq!(
+            Route::parse("/files/doc_large", Some("edit=5")),
+            edited(50_000, 1)
+        );
+        assert_eq!(
+            Route::parse("/files/doc_large", Some("edit=100%")),
+            edited(1_000_000, 1)
+        );
+        assert_eq!(
+            Route::parse("/files/doc_large", Some("edit=0.0001")),
+            edited(1, 1)
+        );
+        // No edit at 0 %, and edit_seed alone changes nothing.
+        let plain = Ok(Route::Document { doc, latency: None });
+        assert_eq!(Route::parse("/files/doc_large", Some("edit=0%")), plain);
+        assert_eq!(Route::parse("/files/doc_large", Some("edit_seed=4")), plain);
+        assert_eq!(
+            Route::parse("/corpus/random/1000", Some("seed=3&edit=12.5%")),
+            Ok(Route::Document {
+                doc: Document::new(Kind::Random, 1000, 3).with_edit(Some(Edit::new(125_000, 1))),
+                latency: None
+            })
+        );
+        for bad in [
+            "edit=200%",
+            "edit=100.01",
+            "edit=abc",
+            "edit=",
+            "edit=-1",
+            "edit=1e2",
+            "edit=nan",
+            "edit=1.",
+            "edit=.5",
+            "edit=0.00001",
+            "edit=1%%",
+            "edit=1000",
+        ] {
+            assert!(
+                matches!(
+                    Route::parse("/files/doc_large", Some(bad)),
+                    Err(RouteError::Edit(_))
+                ),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            Route::parse("/files/doc_large", Some("edit=1&edit_seed=x")),
+            Err(RouteError::EditSeed(_))
+        ));
+        assert!(matches!(
+            Route::parse("/corpus/random/100GB", Some("edit=50")),
+            Err(RouteError::EditTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn an_edit_query_parses_back_to_the_edit() {
+        for (ppm, seed) in [(10_000, 1), (1000, 7), (50_000, 2), (1, 3), (123_400, 4)] {
+            let e = Edit::new(ppm, seed);
+            let route = Route::parse("/corpus/doc/1MB", Some(&e.query()));
+            assert_eq!(
+                route,
+                Ok(Route::Document {
+                    doc: Document::new(Kind::Doc, 1_000_000, 1).with_edit(Some(e)),
+                    latency: None
+                }),
+                "{}",
+                e.query()
+            );
+        }
     }
 
     #[test]

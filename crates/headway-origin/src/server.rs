@@ -9,8 +9,10 @@
 //! Each request goes through: [`Route::parse`] → method check → latency → conditional request
 //! (`If-None-Match`, RFC 9110 §13.2.2 order) → `If-Range`/`Range` → response. Document bodies
 //! are streamed in chunks sliced out of generated 1 MiB periods kept in a small shared cache, so
-//! in steady state a body costs no generation and no copy. It does not do TLS, HTTP/2, request
-//! bodies (they are ignored) or compression.
+//! in steady state a body costs no generation and no copy. An edited document's patches are
+//! computed once per response and laid over a copy of just the chunks they touch; the cache
+//! holds unedited periods only. It does not do TLS, HTTP/2, request bodies (they are ignored)
+//! or compression.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -54,6 +56,9 @@ pub struct OriginConfig {
     pub latency: Duration,
     /// `Cache-Control` value for documents (corpus and files), e.g. `max-age=60`. Default none.
     pub cache_control: Option<String>,
+    /// This server's name, sent in an `X-Origin` header on every response, so a client behind
+    /// a load balancer can tell which server answered. Default none (no header).
+    pub name: Option<String>,
 }
 
 impl Default for OriginConfig {
@@ -62,6 +67,7 @@ impl Default for OriginConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             latency: Duration::ZERO,
             cache_control: None,
+            name: None,
         }
     }
 }
@@ -224,6 +230,69 @@ async fn connection(
 
 /// The response to one request.
 async fn respond(state: &Arc<State>, req: Request<Incoming>) -> Response<Body> {
+    let mut resp = if req.uri().path() == "/echo" {
+        echo(state, req).await
+    } else {
+        route(state, req).await
+    };
+    if let Some(name) = &state.cfg.name {
+        if let Ok(v) = HeaderValue::from_str(name) {
+            resp.headers_mut().insert("x-origin", v);
+        }
+    }
+    resp
+}
+
+/// Most request body bytes `/echo` reads.
+const ECHO_BODY_LIMIT: usize = 16 << 20;
+
+/// `/echo`, any method: after the server's latency, a JSON object with the request's method,
+/// target, headers (name → values, in order) and body length; the body itself is discarded.
+async fn echo(state: &Arc<State>, req: Request<Incoming>) -> Response<Body> {
+    use http_body_util::BodyExt as _;
+    if !state.cfg.latency.is_zero() {
+        tokio::time::sleep(state.cfg.latency).await;
+    }
+    let (parts, body) = req.into_parts();
+    let body_bytes = match http_body_util::Limited::new(body, ECHO_BODY_LIMIT)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes().len(),
+        Err(e) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                &format!("cannot read the body: {e}\n"),
+            )
+        }
+    };
+    let mut headers = serde_json::Map::new();
+    for (name, value) in &parts.headers {
+        let entry = headers
+            .entry(name.as_str().to_string())
+            .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+        if let serde_json::Value::Array(a) = entry {
+            a.push(
+                String::from_utf8_lossy(value.as_bytes())
+                    .into_owned()
+                    .into(),
+            );
+        }
+    }
+    let v = serde_json::json!({
+        "server": state.cfg.name,
+        "method": parts.method.as_str(),
+        "target": parts.uri.to_string(),
+        "headers": headers,
+        "body_bytes": body_bytes,
+    });
+    let mut r = text(StatusCode::OK, &format!("{v}\n"));
+    set(&mut r, header::CONTENT_TYPE, "application/json");
+    r
+}
+
+/// Every route but `/echo`.
+async fn route(state: &Arc<State>, req: Request<Incoming>) -> Response<Body> {
     let head = req.method() == Method::HEAD;
     if req.method() != Method::GET && !head {
         let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
@@ -338,6 +407,7 @@ fn document(state: &Arc<State>, req: &Request<Incoming>, doc: Document) -> Respo
     *resp.body_mut() = Body::Document(DocumentBody {
         state: state.clone(),
         doc,
+        patches: doc.patches(),
         next: start,
         end,
         period: None,
@@ -394,6 +464,9 @@ the first <code>size</code> bytes (<code>12MB</code>, <code>64KiB</code>, <code>
 <code>latency</code> delays the response headers (default: the server's <code>--latency</code>).</li>\n\
 <li><code>GET /files/{{name}}</code>: a named seed document (below); <code>?seed</code> and \
 <code>?latency</code> as above.</li>\n\
+<li><code>?edit=1%25[&amp;edit_seed=N]</code> on either: that share (0&ndash;100 %) of the \
+document's bytes replaced by random 64-byte patches at random places (seed default 1), with its \
+own <code>ETag</code>.</li>\n\
 <li><code>GET /healthz</code>: 200 <code>ok</code>.</li>\n\
 <li><code>GET /status/{{code}}</code>: that status (200&ndash;599).</li>\n\
 <li>HEAD is supported everywhere; documents support one <code>Range: bytes=a-b</code> (206, 416), \
@@ -426,6 +499,8 @@ impl Body {
 pub(crate) struct DocumentBody {
     state: Arc<State>,
     doc: Document,
+    /// The document's edit, computed once for the response (empty when unedited).
+    patches: corpus::Patches,
     /// Next stream offset to send.
     next: u64,
     /// Stream offset after the last byte to send.
@@ -435,7 +510,8 @@ pub(crate) struct DocumentBody {
 }
 
 impl DocumentBody {
-    /// The next chunk: a zero-copy slice of the cached period holding `next`.
+    /// The next chunk: a zero-copy slice of the cached period holding `next`, or a patched
+    /// copy of it where the document's edit touches it.
     fn chunk(&mut self) -> Option<Bytes> {
         if self.next >= self.end {
             return None;
@@ -452,8 +528,15 @@ impl DocumentBody {
         let within = (self.next % PERIOD as u64) as usize;
         let left = usize::try_from(self.end - self.next).unwrap_or(usize::MAX);
         let n = CHUNK.min(PERIOD - within).min(left);
+        let offset = self.next;
         self.next += n as u64;
-        Some(bytes.slice(within..within + n))
+        let slice = bytes.slice(within..within + n);
+        if !self.patches.touches(offset, n) {
+            return Some(slice);
+        }
+        let mut edited = slice.to_vec();
+        self.patches.apply(offset, &mut edited);
+        Some(Bytes::from(edited))
     }
 }
 

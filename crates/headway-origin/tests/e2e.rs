@@ -307,6 +307,60 @@ async fn other_routes() {
     o.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edited_documents_stream_with_their_own_etag_and_ranges() {
+    let o = Origin::start(OriginConfig::default()).await;
+    let plain = corpus::file("doc_medium").unwrap();
+    let doc = plain.with_edit(Some(corpus::Edit::new(10_000, 3)));
+    // The raw `%` and its percent-encoded form name the same edit.
+    for path in [
+        "/files/doc_medium?edit=1%&edit_seed=3",
+        "/files/doc_medium?edit=1%25&edit_seed=3",
+    ] {
+        let f = fetch(o.addr, path).await.unwrap();
+        assert_eq!((f.status, f.bytes), (200, plain.size()), "{path}");
+        assert_eq!(f.sha256, doc.sha256(), "{path}");
+        assert_ne!(f.sha256, plain.sha256());
+    }
+    let (_, edited, _) = request(
+        o.addr,
+        Method::HEAD,
+        "/files/doc_medium?edit=1&edit_seed=3",
+        &[],
+    )
+    .await;
+    let (_, original, _) = request(o.addr, Method::HEAD, "/files/doc_medium", &[]).await;
+    assert_eq!(h(&edited, "etag"), doc.etag());
+    assert_ne!(h(&edited, "etag"), h(&original, "etag"));
+    // A range across a period boundary carries the edit too.
+    let from = PERIOD as u64 - 5000;
+    let (status, _, body) = request(
+        o.addr,
+        Method::GET,
+        "/files/doc_medium?edit=1&edit_seed=3",
+        &[("range", &format!("bytes={from}-{}", from + 9999))],
+    )
+    .await;
+    assert_eq!(status, 206);
+    assert_eq!(body, doc_bytes(doc, from, 10_000));
+    assert_ne!(body, doc_bytes(plain, from, 10_000));
+    for bad in ["edit=200%25", "edit=abc", "edit=1&edit_seed=-2"] {
+        let (status, _, body) = request(
+            o.addr,
+            Method::GET,
+            &format!("/files/doc_medium?{bad}"),
+            &[],
+        )
+        .await;
+        assert_eq!(status, 400, "{bad}");
+        assert!(
+            String::from_utf8(body).unwrap().contains("bad edit"),
+            "{bad}"
+        );
+    }
+    o.stop().await;
+}
+
 #[tokio::test]
 async fn latency_is_honoured() {
     let o = Origin::start(OriginConfig::default()).await;
@@ -458,6 +512,7 @@ fn run_reports_address_in_use() {
         listen: addr,
         latency: Duration::ZERO,
         cache_control: None,
+        name: None,
         workers: Some(1),
     };
     let err = headway_origin::run(args).unwrap_err();

@@ -19,6 +19,7 @@
 //! (`EX_USAGE`, one clear line on stderr), 1 any other failure.
 #![forbid(unsafe_code)]
 
+mod adc;
 mod exit;
 mod roles;
 mod wanopt;

@@ -13,8 +13,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use headway_admin::{AdminState, LinkControl, LinkView, WanoptControl};
-use headway_config::{AdminConfig, Config, LinkConfig, LinkSpec, WanoptConfig};
+use std::path::PathBuf;
+
+use headway_admin::{AdcControl, AdminState, LinkControl, LinkView, WanoptControl};
+use headway_config::{AdminConfig, Config, LinkConfig, LinkSpec, RuntimeConfig, WanoptConfig};
 use headway_emulator::{Bridge, BridgeConfig, BridgeHandle, Direction, Tuning};
 use headway_link::Params;
 
@@ -87,7 +89,13 @@ pub fn emulate(args: EmulateArgs) -> Result<(), Failure> {
         realtime: args.realtime,
     };
     let admin = AdminConfig::new(args.admin, args.token).map_err(|e| usage(e.into()))?;
-    serve(admin, vec![link], None)
+    serve(Roles {
+        admin,
+        links: vec![link],
+        wanopt: None,
+        runtime: RuntimeConfig::default(),
+        adc: None,
+    })
 }
 
 /// `headway check -c FILE`.
@@ -113,7 +121,55 @@ pub fn check(path: &Path) -> Result<(), Failure> {
     if let Some(w) = &cfg.wanopt {
         println!("{}", wanopt_summary(w));
     }
+    if !cfg.adc.is_empty() {
+        println!("{}", adc_summary(&cfg.adc));
+    }
     Ok(())
+}
+
+/// What `check` says about valid ADC sections.
+fn adc_summary(a: &headway_config::AdcConfig) -> String {
+    let mut s = format!(
+        "  adc: {} virtual server(s), {} server group(s), {} monitor(s)",
+        a.virtual_servers.len(),
+        a.groups.len(),
+        a.monitors.len()
+    );
+    for v in &a.virtual_servers {
+        s.push_str(&format!(
+            "\n    virtual server {} ({}) on {} -> group {}{}",
+            v.name,
+            v.kind.as_str(),
+            v.listen,
+            v.group,
+            v.rules
+                .iter()
+                .map(|r| format!(", rule {} -> {}", r.name, r.group))
+                .collect::<String>()
+        ));
+    }
+    for g in &a.groups {
+        s.push_str(&format!(
+            "\n    group {} ({}{}): {}",
+            g.name,
+            g.method,
+            g.monitor
+                .as_ref()
+                .map(|m| format!(", monitor {m}"))
+                .unwrap_or_default(),
+            g.servers
+                .iter()
+                .map(|v| format!(
+                    "{} {}{}",
+                    v.name,
+                    v.address,
+                    if v.backup { " (backup)" } else { "" }
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    s
 }
 
 /// What `check` says about a valid `[wanopt]`.
@@ -161,17 +217,45 @@ fn wanopt_summary(w: &WanoptConfig) -> String {
 
 /// `headway run -c FILE`.
 pub fn run(path: &Path) -> Result<(), Failure> {
-    let cfg = Config::from_file(path).map_err(|e| Failure::Usage(e.into()))?;
-    serve(cfg.admin, cfg.links, cfg.wanopt.as_ref())
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| headway_config::ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })
+        .map_err(|e| Failure::Usage(e.into()))?;
+    let cfg =
+        Config::parse(&text, &path.display().to_string()).map_err(|e| Failure::Usage(e.into()))?;
+    let adc = (!cfg.adc.is_empty()).then(|| (path.to_path_buf(), text, cfg.clone()));
+    serve(Roles {
+        admin: cfg.admin,
+        links: cfg.links,
+        wanopt: cfg.wanopt,
+        runtime: cfg.runtime,
+        adc,
+    })
 }
 
-/// Starts every link, the WAN optimizer if configured, and the admin API, prints `ready`, and
-/// runs until SIGINT/SIGTERM.
-fn serve(
+/// What one `headway run` runs.
+struct Roles {
     admin: AdminConfig,
     links: Vec<LinkConfig>,
-    wanopt: Option<&WanoptConfig>,
-) -> Result<(), Failure> {
+    wanopt: Option<WanoptConfig>,
+    runtime: RuntimeConfig,
+    /// The config file (path, text, validated) when it has ADC sections.
+    adc: Option<(PathBuf, String, Config)>,
+}
+
+/// Starts every link, the WAN optimizer and the ADC if configured, and the admin API, prints
+/// `ready`, and runs until SIGINT/SIGTERM.
+fn serve(roles: Roles) -> Result<(), Failure> {
+    let Roles {
+        admin,
+        links,
+        wanopt,
+        runtime: runtime_cfg,
+        adc,
+    } = roles;
+    let wanopt = wanopt.as_ref();
     // Loads the identity before anything starts: a bad certificate is reported first.
     let appliance = wanopt.map(crate::wanopt::appliance_config).transpose()?;
     let identity_files = wanopt
@@ -203,9 +287,19 @@ fn serve(
     for h in &handles {
         h.register(&mut registry);
     }
-    // The appliance's flows (codec work on both directions) get a second worker.
+    // Workers as configured; by default one per CPU with an ADC, two for the appliance's flows
+    // (codec work on both directions), else one.
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let workers = runtime_cfg.workers.unwrap_or(if adc.is_some() {
+        cpus
+    } else if appliance.is_some() {
+        2
+    } else {
+        1
+    });
+    let grace = runtime_cfg.shutdown_grace;
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(if appliance.is_some() { 2 } else { 1 })
+        .worker_threads(workers)
         .enable_all()
         .build()
         .context("cannot start the async runtime")
@@ -219,9 +313,23 @@ fn serve(
             Some(cfg) => Some(crate::wanopt::start(cfg, &identity_files).await?),
             None => None,
         };
-        let state = AdminState::with_wanopt(
+        let adc = match adc {
+            Some((path, text, cfg)) => {
+                let seed = headway_core::Rng::seed_from_entropy();
+                tracing::info!(seed, "starting the ADC");
+                let proxy = headway_proxy::Proxy::start(cfg.adc.clone(), seed)
+                    .await
+                    .map_err(|e| Failure::Usage(anyhow::Error::new(e)))?;
+                let handle = crate::adc::AdcHandle::new(proxy, path, text, cfg);
+                tokio::spawn(reload_on_hangup(handle.clone()));
+                Some(handle)
+            }
+            None => None,
+        };
+        let state = AdminState::with_roles(
             Arc::new(EmulatedLinks { handles }),
             view.clone().map(|v| v as Arc<dyn WanoptControl>),
+            adc.clone().map(|a| Arc::new(a) as Arc<dyn AdcControl>),
             registry,
             admin.token.clone(),
         );
@@ -231,6 +339,10 @@ fn serve(
             .await
             .context("admin API failed")
             .map_err(Failure::Runtime);
+        if let Some(a) = adc {
+            tracing::info!(grace = ?grace, "draining the ADC's connections");
+            a.proxy().shutdown(grace).await;
+        }
         if let Some(v) = view {
             v.stop();
         }
@@ -241,6 +353,23 @@ fn serve(
         tracing::info!(?stats, "link stopped");
     }
     result
+}
+
+/// Reads the config file again on every SIGHUP (as `headway ctl config reload` does).
+async fn reload_on_hangup(adc: crate::adc::AdcHandle) {
+    let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGHUP; reload through the admin API");
+            return;
+        }
+    };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP: reloading the config file");
+        if let Ok(r) = adc.reload().await {
+            tracing::info!(generation = r.generation, "reloaded");
+        }
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

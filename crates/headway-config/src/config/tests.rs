@@ -76,6 +76,8 @@ fn an_empty_file_is_the_defaults() {
             admin: AdminConfig::default(),
             links: vec![],
             wanopt: None,
+            runtime: RuntimeConfig::default(),
+            adc: AdcConfig::default(),
         }
     );
 }
@@ -156,10 +158,13 @@ fn unknown_sections_are_rejected() {
         ],
     );
     assert_err(
-        "[[virtual_server]]\nname = \"web\"\n",
+        "[[virtual_servers]]\nname = \"web\"\n",
         1,
         3,
-        &["unknown field `virtual_server`"],
+        &[
+            "unknown field `virtual_servers`",
+            "did you mean `virtual_server`?",
+        ],
     );
 }
 

@@ -193,3 +193,122 @@ proptest! {
         prop_assert_eq!(&long[skip..], &short[..]);
     }
 }
+
+/// The bytes of `doc` generated in one call.
+fn whole(doc: &Document) -> Vec<u8> {
+    let mut v = vec![0; doc.size() as usize];
+    assert_eq!(doc.fill(0, &mut v), v.len());
+    v
+}
+
+#[test]
+fn an_edit_changes_about_its_share_of_bytes_and_nothing_else() {
+    let base = Document::new(Kind::Doc, 3 * PERIOD as u64 + 12_345, 5);
+    let original = whole(&base);
+    for (ppm, seed) in [(10_000, 1), (1000, 2), (50_000, 3)] {
+        let doc = base.with_edit(Some(Edit::new(ppm, seed)));
+        let edited = whole(&doc);
+        let differ = original.iter().zip(&edited).filter(|(a, b)| a != b).count();
+        let expected = original.len() as f64 * f64::from(ppm) / 1e6;
+        // Fewer than the share: patches overlap now and then, and a random byte equals the one
+        // it replaces one time in 256.
+        assert!(
+            (0.9 * expected..=1.001 * expected).contains(&(differ as f64)),
+            "{ppm} ppm: {differ} bytes differ, expected about {expected:.0}"
+        );
+        // Every differing byte lies inside a patch; outside them the document is the original.
+        let patches = doc.patches();
+        assert_eq!(
+            patches.len() as u64,
+            Edit::new(ppm, seed).patch_count(base.size())
+        );
+        let mut covered = vec![false; original.len()];
+        for &(start, _) in &patches.list {
+            covered[start as usize..start as usize + PATCH].fill(true);
+        }
+        for (i, (a, b)) in original.iter().zip(&edited).enumerate() {
+            assert!(covered[i] || a == b, "byte {i} changed outside every patch");
+        }
+        assert_ne!(doc.sha256(), base.sha256());
+        assert_ne!(doc.etag(), base.etag());
+    }
+}
+
+#[test]
+fn edits_are_deterministic_and_distinct() {
+    let base = Document::new(Kind::Random, 200_000, 1);
+    let e = |ppm, seed| base.with_edit(Some(Edit::new(ppm, seed)));
+    assert_eq!(whole(&e(10_000, 1)), whole(&e(10_000, 1)));
+    assert_ne!(whole(&e(10_000, 1)), whole(&e(10_000, 2)));
+    assert_eq!(e(10_000, 1).etag(), "\"hw1-random-200000-1-e10000.1\"");
+    assert_eq!(base.etag(), "\"hw1-random-200000-1\"");
+    // The patches of 0.1 % are not the first tenth of those of 1 %: unrelated edits.
+    let small = e(1000, 1).patches();
+    let large = e(10_000, 1).patches();
+    assert!(small.list.iter().all(|p| !large.list.contains(p)));
+}
+
+#[test]
+fn patch_counts() {
+    let one = Edit::new(10_000, 1);
+    assert_eq!(one.patch_count(12_140_000), 1897);
+    assert_eq!(one.patch_count(0), 0);
+    assert_eq!(
+        one.patch_count(10),
+        1,
+        "a tiny document still gets one patch"
+    );
+    assert_eq!(Edit::new(0, 1).patch_count(1 << 30), 0);
+    assert_eq!(
+        Edit::new(2_000_000, 1),
+        Edit::new(1_000_000, 1),
+        "clamped to 100 %"
+    );
+    // A document shorter than a patch is patched whole, never out of bounds.
+    let tiny = Document::new(Kind::Html, 10, 1).with_edit(Some(Edit::new(500_000, 3)));
+    assert_eq!(tiny.chunks(3).flatten().count(), 10);
+    assert_eq!(Edit::new(10_000, 7).to_string(), "1% (seed 7)");
+    assert_eq!(Edit::new(1000, 7).query(), "edit=0.1%25&edit_seed=7");
+    assert_eq!(Edit::new(123_450, 2).query(), "edit=12.345%25&edit_seed=2");
+    assert!((Edit::new(1000, 7).percent() - 0.1).abs() < 1e-12);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// An edited document streamed in arbitrary slices (as the server sends it, as Range
+    /// requests ask for it) is the document generated in one call.
+    #[test]
+    fn edited_documents_stream_in_any_slices(
+        k in 0usize..4,
+        seed in any::<u64>(),
+        size in 0u64..(2 * PERIOD as u64 + 5000),
+        ppm in 1u32..200_000,
+        edit_seed in any::<u64>(),
+        cuts in proptest::collection::vec(1usize..300_000, 1..12),
+    ) {
+        let doc = Document::new(Kind::ALL[k], size, seed).with_edit(Some(Edit::new(ppm, edit_seed)));
+        let one_shot = whole(&doc);
+        let patches = doc.patches();
+        let mut streamed = Vec::with_capacity(one_shot.len());
+        let mut offset = 0u64;
+        for &len in cuts.iter().cycle() {
+            if offset >= size {
+                break;
+            }
+            let mut buf = vec![0; len];
+            let n = doc.fill_with(&patches, offset, &mut buf);
+            // A slice is patched if and only if it differs from the unedited bytes there.
+            let mut plain = vec![0; n];
+            fill(doc.kind(), seed, offset, &mut plain);
+            if plain != buf[..n] {
+                prop_assert!(patches.touches(offset, n));
+            }
+            streamed.extend_from_slice(&buf[..n]);
+            offset += n as u64;
+        }
+        prop_assert!(streamed == one_shot, "streamed bytes differ from one-shot generation");
+        let chunked: Vec<u8> = doc.chunks(cuts[0]).flatten().collect();
+        prop_assert!(chunked == one_shot);
+    }
+}

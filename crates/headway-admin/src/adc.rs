@@ -1,0 +1,642 @@
+//! The ADC as the admin API sees it: the contract with whatever runs it ([`AdcControl`]), its
+//! Prometheus collector ([`AdcCollector`]) and the `headway ctl adc` tables ([`write_adc`]).
+//!
+//! The JSON shapes are the proxy's own snapshot types ([`AdcSnapshot`] and its parts), so the
+//! API, `headway ctl` and the metrics read one definition.
+//!
+//! ## Metrics (under the registry's prefix, `headway_`)
+//!
+//! | metric | labels |
+//! |---|---|
+//! | `adc_requests_total`, `adc_connections_total`, `adc_refused_connections_total`, `adc_rate_limited_total`, `adc_bad_requests_total` | `virtual_server` |
+//! | `adc_responses_total` | `virtual_server`, `class` = `1xx` … `5xx` |
+//! | `adc_bytes_total` | `virtual_server`, `direction` = `in` / `out` |
+//! | `adc_active_connections` | `virtual_server` |
+//! | `adc_request_duration_seconds` (histogram) | `virtual_server` |
+//! | `adc_group_requests_total`, `adc_group_queued_total`, `adc_group_queue_rejected_total`, `adc_group_no_server_total`, `adc_group_persistence_failovers_total` | `group` |
+//! | `adc_group_waiting` | `group` |
+//! | `adc_server_requests_total`, `adc_server_connect_failures_total`, `adc_server_failures_total`, `adc_server_retries_total`, `adc_server_connections_opened_total`, `adc_server_reused_total` | `group`, `server` |
+//! | `adc_server_responses_total` | `group`, `server`, `class` |
+//! | `adc_server_active`, `adc_server_up` (1/0), `adc_server_enabled` (1 enabled, 0.5 draining, 0 disabled), `adc_server_reuse_ratio`, `adc_server_idle_connections` | `group`, `server` |
+//! | `adc_server_response_seconds` (histogram, time to response header) | `group`, `server` |
+//! | `adc_config_generation`, `adc_reloads_failed_total` | none |
+
+use std::future::Future;
+use std::io::Write;
+use std::pin::Pin;
+
+use headway_proxy::stats::{HistogramSnapshot, LATENCY_BUCKETS};
+pub use headway_proxy::{AdcSnapshot, GroupSnapshot, ServerSnapshot, VirtualServerSnapshot};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use serde::{Deserialize, Serialize};
+
+/// A future the control returns (config changes run on the proxy's runtime).
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// What the admin API needs from a running ADC. The binary implements it over its
+/// `headway_proxy::Proxy` and config file; tests may implement it in memory.
+pub trait AdcControl: Send + Sync + 'static {
+    /// Configuration summary, state and counters.
+    fn snapshot(&self) -> AdcSnapshot;
+    /// Sets a server's administrative state: `enabled`, `disabled` or `draining`. `Err`
+    /// carries a message and whether the group or server was not found (`true`) or the state
+    /// was not understood (`false`).
+    fn set_server_state(
+        &self,
+        group: &str,
+        server: &str,
+        state: &str,
+    ) -> Result<(), (bool, String)>;
+    /// The text of the running config file.
+    fn config_text(&self) -> String;
+    /// Validates `text` as a whole config file and applies its ADC sections live. `Err` is the
+    /// message (with file, line and column for a bad file); nothing changed then.
+    fn replace_config(&self, text: String) -> BoxFuture<Result<ReloadReport, String>>;
+    /// Reads the config file from disk again and applies it like [`AdcControl::replace_config`].
+    fn reload(&self) -> BoxFuture<Result<ReloadReport, String>>;
+}
+
+/// The answer to a config change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReloadReport {
+    /// The new config generation.
+    pub generation: u64,
+    /// Virtual servers running now.
+    pub virtual_servers: usize,
+    /// Server groups running now.
+    pub groups: usize,
+}
+
+/// `PUT /api/v1/adc/groups/{group}/servers/{server}` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetServerRequest {
+    /// `enabled`, `disabled` or `draining`.
+    pub state: String,
+}
+
+/// Exports an [`AdcControl`]'s snapshot as Prometheus metrics on every scrape (see the module
+/// docs for the names). Register it with `Registry::register_collector`.
+pub struct AdcCollector(std::sync::Arc<dyn AdcControl>);
+
+impl AdcCollector {
+    /// A collector over `control`.
+    pub fn new(control: std::sync::Arc<dyn AdcControl>) -> Self {
+        AdcCollector(control)
+    }
+}
+
+impl std::fmt::Debug for AdcCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdcCollector")
+    }
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+impl Collector for AdcCollector {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let s = self.0.snapshot();
+        let vs = |v: &VirtualServerSnapshot| -> Labels { vec![("virtual_server", v.name.clone())] };
+        let with = |mut l: Labels, k: &'static str, v: &str| {
+            l.push((k, v.to_string()));
+            l
+        };
+        type Field = fn(&VirtualServerSnapshot) -> u64;
+        let vs_counters: [(&str, &str, Field); 5] = [
+            (
+                "adc_requests",
+                "HTTP requests (tcp: connections proxied)",
+                |v| v.requests,
+            ),
+            ("adc_connections", "Client connections accepted", |v| {
+                v.connections
+            }),
+            (
+                "adc_refused_connections",
+                "Client connections refused by a per-client limit",
+                |v| v.refused_connections,
+            ),
+            (
+                "adc_rate_limited",
+                "Requests refused by the per-client rate limit (429)",
+                |v| v.rate_limited,
+            ),
+            (
+                "adc_bad_requests",
+                "Requests refused for ambiguous framing or limits",
+                |v| v.bad_requests,
+            ),
+        ];
+        for (name, help, f) in vs_counters {
+            let values: Vec<(Labels, u64)> =
+                s.virtual_servers.iter().map(|v| (vs(v), f(v))).collect();
+            counters(&mut enc, name, help, &values)?;
+        }
+        let mut responses = Vec::new();
+        let mut bytes = Vec::new();
+        for v in &s.virtual_servers {
+            for (c, n) in CLASSES.iter().zip(v.responses) {
+                responses.push((with(vs(v), "class", c), n));
+            }
+            bytes.push((with(vs(v), "direction", "in"), v.bytes_in));
+            bytes.push((with(vs(v), "direction", "out"), v.bytes_out));
+        }
+        counters(
+            &mut enc,
+            "adc_responses",
+            "Responses by status class",
+            &responses,
+        )?;
+        counters(
+            &mut enc,
+            "adc_bytes",
+            "Bytes from (in) and to (out) clients",
+            &bytes,
+        )?;
+        gauges(
+            &mut enc,
+            "adc_active_connections",
+            "Client connections open",
+            &s.virtual_servers
+                .iter()
+                .map(|v| (vs(v), v.active_connections as f64))
+                .collect::<Vec<_>>(),
+        )?;
+        histograms(
+            &mut enc,
+            "adc_request_duration_seconds",
+            "Time from request to the end of the response",
+            s.virtual_servers.iter().map(|v| (vs(v), &v.latency)),
+        )?;
+
+        let grp = |g: &GroupSnapshot| -> Labels { vec![("group", g.name.clone())] };
+        type GField = fn(&GroupSnapshot) -> u64;
+        let group_counters: [(&str, &str, GField); 5] = [
+            (
+                "adc_group_requests",
+                "Requests a group was asked to serve",
+                |g| g.requests,
+            ),
+            (
+                "adc_group_queued",
+                "Requests that waited in the surge queue",
+                |g| g.queued,
+            ),
+            (
+                "adc_group_queue_rejected",
+                "Requests refused (503) by a full surge queue or its timeout",
+                |g| g.queue_rejected,
+            ),
+            (
+                "adc_group_no_server",
+                "Requests refused (503): no server up",
+                |g| g.no_server,
+            ),
+            (
+                "adc_group_persistence_failovers",
+                "Persisted requests sent to another server",
+                |g| g.persistence_failovers,
+            ),
+        ];
+        for (name, help, f) in group_counters {
+            let values: Vec<(Labels, u64)> = s.groups.iter().map(|g| (grp(g), f(g))).collect();
+            counters(&mut enc, name, help, &values)?;
+        }
+        gauges(
+            &mut enc,
+            "adc_group_waiting",
+            "Requests waiting in the surge queue",
+            &s.groups
+                .iter()
+                .map(|g| (grp(g), g.waiting as f64))
+                .collect::<Vec<_>>(),
+        )?;
+
+        let servers: Vec<(Labels, &ServerSnapshot)> = s
+            .groups
+            .iter()
+            .flat_map(|g| {
+                g.servers.iter().map(move |sv| {
+                    (
+                        vec![("group", g.name.clone()), ("server", sv.name.clone())],
+                        sv,
+                    )
+                })
+            })
+            .collect();
+        type SField = fn(&ServerSnapshot) -> u64;
+        let server_counters: [(&str, &str, SField); 6] = [
+            ("adc_server_requests", "Requests sent to a server", |v| {
+                v.requests
+            }),
+            (
+                "adc_server_connect_failures",
+                "Failed connection attempts",
+                |v| v.connect_failures,
+            ),
+            (
+                "adc_server_failures",
+                "Requests that failed after connecting (reset, early close, timeout)",
+                |v| v.failures,
+            ),
+            (
+                "adc_server_retries",
+                "Requests tried again on another server",
+                |v| v.retries,
+            ),
+            (
+                "adc_server_connections_opened",
+                "Server connections opened",
+                |v| v.connections_opened,
+            ),
+            (
+                "adc_server_reused",
+                "Requests sent on a reused connection",
+                |v| v.reused,
+            ),
+        ];
+        for (name, help, f) in server_counters {
+            let values: Vec<(Labels, u64)> =
+                servers.iter().map(|(l, v)| (l.clone(), f(v))).collect();
+            counters(&mut enc, name, help, &values)?;
+        }
+        let mut sresp = Vec::new();
+        for (l, v) in &servers {
+            for (c, n) in CLASSES.iter().zip(v.responses) {
+                sresp.push((with(l.clone(), "class", c), n));
+            }
+        }
+        counters(
+            &mut enc,
+            "adc_server_responses",
+            "Server responses by status class",
+            &sresp,
+        )?;
+        type GaugeField = fn(&ServerSnapshot) -> f64;
+        let server_gauges: [(&str, &str, GaugeField); 5] = [
+            ("adc_server_active", "Requests in flight to a server", |v| {
+                v.active as f64
+            }),
+            (
+                "adc_server_up",
+                "1 when the server passes its health checks",
+                |v| {
+                    if v.health == "up" {
+                        1.0
+                    } else {
+                        0.0
+                    }
+                },
+            ),
+            (
+                "adc_server_enabled",
+                "Administrative state: 1 enabled, 0.5 draining, 0 disabled",
+                |v| match v.admin_state.as_str() {
+                    "enabled" => 1.0,
+                    "draining" => 0.5,
+                    _ => 0.0,
+                },
+            ),
+            (
+                "adc_server_reuse_ratio",
+                "Share of requests sent on a reused connection",
+                |v| v.reuse_ratio,
+            ),
+            (
+                "adc_server_idle_connections",
+                "Idle pooled connections",
+                |v| v.idle_connections as f64,
+            ),
+        ];
+        for (name, help, f) in server_gauges {
+            let values: Vec<(Labels, f64)> =
+                servers.iter().map(|(l, v)| (l.clone(), f(v))).collect();
+            gauges(&mut enc, name, help, &values)?;
+        }
+        histograms(
+            &mut enc,
+            "adc_server_response_seconds",
+            "Time from request sent to response header",
+            servers.iter().map(|(l, v)| (l.clone(), &v.latency)),
+        )?;
+        gauges(
+            &mut enc,
+            "adc_config_generation",
+            "Config generation running (1 at start, +1 per reload)",
+            &[(vec![], s.generation as f64)],
+        )?;
+        counters(
+            &mut enc,
+            "adc_reloads_failed",
+            "Config reloads refused",
+            &[(vec![], s.reloads_failed)],
+        )?;
+        Ok(())
+    }
+}
+
+fn counters(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    values: &[(Labels, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut family = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in values {
+        if labels.is_empty() {
+            family.encode_counter::<NoLabelSet, _, u64>(v, None)?;
+        } else {
+            family
+                .encode_family(labels)?
+                .encode_counter::<NoLabelSet, _, u64>(v, None)?;
+        }
+    }
+    Ok(())
+}
+
+fn gauges(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    values: &[(Labels, f64)],
+) -> Result<(), std::fmt::Error> {
+    let mut family = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in values {
+        if labels.is_empty() {
+            family.encode_gauge(v)?;
+        } else {
+            family.encode_family(labels)?.encode_gauge(v)?;
+        }
+    }
+    Ok(())
+}
+
+/// A histogram family from snapshots (cumulative buckets, as OpenMetrics wants).
+fn histograms<'a>(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    values: impl Iterator<Item = (Labels, &'a HistogramSnapshot)>,
+) -> Result<(), std::fmt::Error> {
+    struct H<'a>(&'a HistogramSnapshot);
+    impl EncodeMetric for H<'_> {
+        fn encode(
+            &self,
+            mut encoder: prometheus_client::encoding::MetricEncoder<'_>,
+        ) -> Result<(), std::fmt::Error> {
+            let mut cumulative = 0;
+            let buckets: Vec<(f64, u64)> = LATENCY_BUCKETS
+                .iter()
+                .copied()
+                .chain([f64::INFINITY])
+                .zip(self.0.counts.iter().copied().chain(std::iter::repeat(0)))
+                .map(|(b, c)| {
+                    cumulative += c;
+                    (b, c)
+                })
+                .collect();
+            encoder.encode_histogram::<NoLabelSet>(self.0.sum_seconds, cumulative, &buckets, None)
+        }
+        fn metric_type(&self) -> MetricType {
+            MetricType::Histogram
+        }
+    }
+    let mut family = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (labels, h) in values {
+        H(h).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// The `headway ctl adc` tables: virtual servers, then each group's servers.
+pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "config generation {}{}",
+        s.generation,
+        if s.reloads_failed > 0 {
+            format!(" ({} reload(s) refused)", s.reloads_failed)
+        } else {
+            String::new()
+        }
+    )?;
+    writeln!(out)?;
+    let ms = |h: &HistogramSnapshot, q: f64| {
+        h.quantile(q).map_or("-".to_string(), |v| {
+            if v.is_finite() {
+                format!("{}", v * 1e3)
+            } else {
+                ">10000".into()
+            }
+        })
+    };
+    let mut rows = vec![[
+        "VIRTUAL SERVER",
+        "KIND",
+        "LISTEN",
+        "GROUP",
+        "CONNS",
+        "ACTIVE",
+        "REQUESTS",
+        "2XX",
+        "3XX",
+        "4XX",
+        "5XX",
+        "P50 MS",
+        "P99 MS",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for v in &s.virtual_servers {
+        rows.push(vec![
+            v.name.clone(),
+            v.kind.clone(),
+            v.listen.clone(),
+            v.group.clone(),
+            v.connections.to_string(),
+            v.active_connections.to_string(),
+            v.requests.to_string(),
+            v.responses[1].to_string(),
+            v.responses[2].to_string(),
+            v.responses[3].to_string(),
+            v.responses[4].to_string(),
+            ms(&v.latency, 0.5),
+            ms(&v.latency, 0.99),
+        ]);
+        for (rule, group) in &v.rules {
+            rows.push(vec![
+                format!("  rule {rule}"),
+                String::new(),
+                String::new(),
+                group.clone(),
+            ]);
+        }
+    }
+    table(out, &rows)?;
+    for g in &s.groups {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "group {} ({}{}{}): {} requests, {} queued, {} waiting, {} refused busy, {} refused no server",
+            g.name,
+            g.method,
+            g.monitor
+                .as_ref()
+                .map(|m| format!(", monitor {m}"))
+                .unwrap_or_default(),
+            g.persistence
+                .as_ref()
+                .map(|p| format!(", {p} persistence"))
+                .unwrap_or_default(),
+            g.requests,
+            g.queued,
+            g.waiting,
+            g.queue_rejected,
+            g.no_server
+        )?;
+        let mut rows = vec![[
+            "SERVER", "ADDRESS", "WEIGHT", "STATE", "HEALTH", "ACTIVE", "REQUESTS", "5XX",
+            "FAILED", "RETRIED", "OPENED", "REUSE",
+        ]
+        .map(String::from)
+        .to_vec()];
+        for sv in &g.servers {
+            rows.push(vec![
+                format!("{}{}", sv.name, if sv.backup { " (backup)" } else { "" }),
+                sv.address.clone(),
+                sv.weight.to_string(),
+                sv.admin_state.clone(),
+                sv.health.clone(),
+                sv.active.to_string(),
+                sv.requests.to_string(),
+                sv.responses[4].to_string(),
+                (sv.failures + sv.connect_failures).to_string(),
+                sv.retries.to_string(),
+                sv.connections_opened.to_string(),
+                format!("{:.0}%", sv.reuse_ratio * 100.0),
+            ]);
+        }
+        table(out, &rows)?;
+    }
+    Ok(())
+}
+
+/// Aligned columns.
+fn table(out: &mut dyn Write, rows: &[Vec<String>]) -> std::io::Result<()> {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let mut widths = vec![0usize; cols];
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    for r in rows {
+        let mut line = String::new();
+        for (c, w) in r.iter().zip(&widths) {
+            line.push_str(&format!("{c:<w$}  "));
+        }
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headway_proxy::stats::HistogramSnapshot;
+
+    fn snapshot() -> AdcSnapshot {
+        AdcSnapshot {
+            generation: 3,
+            reloads_failed: 1,
+            virtual_servers: vec![VirtualServerSnapshot {
+                name: "web".into(),
+                kind: "http".into(),
+                listen: "127.0.0.1:8000".into(),
+                group: "g".into(),
+                rules: vec![("mysite".into(), "g2".into())],
+                requests: 10,
+                responses: [0, 9, 0, 0, 1],
+                latency: HistogramSnapshot {
+                    counts: vec![0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                    sum_seconds: 0.008,
+                },
+                ..VirtualServerSnapshot::default()
+            }],
+            groups: vec![GroupSnapshot {
+                name: "g".into(),
+                method: "least-connection".into(),
+                servers: vec![ServerSnapshot {
+                    name: "s1".into(),
+                    address: "127.0.0.1:8080".into(),
+                    admin_state: "draining".into(),
+                    health: "up".into(),
+                    requests: 10,
+                    reused: 9,
+                    reuse_ratio: 0.9,
+                    ..ServerSnapshot::default()
+                }],
+                ..GroupSnapshot::default()
+            }],
+        }
+    }
+
+    struct Fixed;
+    impl AdcControl for Fixed {
+        fn snapshot(&self) -> AdcSnapshot {
+            snapshot()
+        }
+        fn set_server_state(&self, _: &str, _: &str, _: &str) -> Result<(), (bool, String)> {
+            Ok(())
+        }
+        fn config_text(&self) -> String {
+            String::new()
+        }
+        fn replace_config(&self, _: String) -> BoxFuture<Result<ReloadReport, String>> {
+            Box::pin(async { Err("no".into()) })
+        }
+        fn reload(&self) -> BoxFuture<Result<ReloadReport, String>> {
+            Box::pin(async { Err("no".into()) })
+        }
+    }
+
+    #[test]
+    fn metrics_name_every_virtual_server_group_and_server() {
+        let mut r = prometheus_client::registry::Registry::with_prefix("headway");
+        r.register_collector(Box::new(AdcCollector::new(std::sync::Arc::new(Fixed))));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
+        for line in [
+            "headway_adc_requests_total{virtual_server=\"web\"} 10",
+            "headway_adc_responses_total{virtual_server=\"web\",class=\"5xx\"} 1",
+            "headway_adc_request_duration_seconds_bucket{le=\"0.001\",virtual_server=\"web\"} 10",
+            "headway_adc_request_duration_seconds_count{virtual_server=\"web\"} 10",
+            "headway_adc_server_reuse_ratio{group=\"g\",server=\"s1\"} 0.9",
+            "headway_adc_server_enabled{group=\"g\",server=\"s1\"} 0.5",
+            "headway_adc_config_generation 3.0",
+            "headway_adc_reloads_failed_total 1",
+        ] {
+            assert!(text.contains(line), "`{line}` not in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_table_shows_rules_states_and_reuse() {
+        let mut out = Vec::new();
+        write_adc(&mut out, &snapshot()).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.starts_with("config generation 3 (1 reload(s) refused)"),
+            "{text}"
+        );
+        assert!(text.contains("rule mysite"), "{text}");
+        assert!(text.contains("draining"), "{text}");
+        assert!(text.contains("90%"), "{text}");
+        assert!(text.contains("group g (least-connection)"), "{text}");
+    }
+}

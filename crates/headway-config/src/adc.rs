@@ -1,0 +1,1412 @@
+//! The validated ADC sections: `[runtime]`, `[[monitor]]`, `[[server_group]]` and
+//! `[[virtual_server]]`.
+//!
+//! This module owns [`AdcConfig`] and its parts, [`RuntimeConfig`], and the one conversion
+//! from the file's sections that checks them: names (unique, with did-you-mean for references),
+//! socket addresses (listen addresses unique across the file), methods and monitor kinds,
+//! ranges of every number, regular expressions (compiled here, so a bad one is reported with
+//! its line), header names and values, and combinations that cannot work (cookie persistence
+//! behind a `tcp` virtual server, HTTP options on a `tcp` one, an HTTP monitor field on a TCP
+//! monitor). The proxy (`headway-proxy`) takes these types as they are; it never validates.
+//!
+//! Entry point: `Config::try_from(ConfigFile)` calls [`adc`] and [`runtime`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use headway_lb::health::{AdminState, HttpExpect, StatusSet};
+use headway_lb::persist::SameSite;
+use headway_lb::select::Method;
+use toml::Spanned;
+
+use crate::config::{check_name, invalid, ConfigError};
+use crate::file::{
+    AdcRuleSection, HeaderRulesSection, MonitorSection, Origin, PersistenceSection, RuntimeSection,
+    ServerGroupSection, ServerSection, VirtualServerSection,
+};
+use crate::suggest::did_you_mean;
+use crate::wanopt::{resolve, socket};
+
+/// Default time between two health checks of one server: 5 s.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+/// Default health-check timeout: 2 s (or the interval, if shorter).
+pub const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default shutdown grace: 30 s.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// Process-wide runtime settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    /// Data-plane worker threads; `None` = one per CPU.
+    pub workers: Option<usize>,
+    /// How long connections may take to finish at shutdown.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            workers: None,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+}
+
+/// The ADC: virtual servers, the server groups they use, and the monitors of those groups.
+/// Empty when the file has no `[[virtual_server]]`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AdcConfig {
+    /// The monitors, in file order; names unique.
+    pub monitors: Vec<Monitor>,
+    /// The server groups, in file order; names unique, monitors known.
+    pub groups: Vec<ServerGroup>,
+    /// The virtual servers, in file order; names and listen addresses unique, groups known.
+    pub virtual_servers: Vec<VirtualServer>,
+}
+
+impl AdcConfig {
+    /// Whether there is nothing to run.
+    pub fn is_empty(&self) -> bool {
+        self.virtual_servers.is_empty() && self.groups.is_empty()
+    }
+
+    /// The group named `name`.
+    pub fn group(&self, name: &str) -> Option<&ServerGroup> {
+        self.groups.iter().find(|g| g.name == name)
+    }
+
+    /// The monitor named `name`.
+    pub fn monitor(&self, name: &str) -> Option<&Monitor> {
+        self.monitors.iter().find(|m| m.name == name)
+    }
+}
+
+/// A health check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Monitor {
+    /// Its name.
+    pub name: String,
+    /// What it checks.
+    pub kind: MonitorKind,
+    /// Time between two checks of one server (> 0).
+    pub interval: Duration,
+    /// Time one check may take (> 0, ≤ `interval`).
+    pub timeout: Duration,
+    /// Consecutive successes that bring a server up (1–100).
+    pub rise: u32,
+    /// Consecutive failures that take a server down (1–100).
+    pub fall: u32,
+}
+
+/// What a monitor checks.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum MonitorKind {
+    /// A TCP connect succeeds.
+    Tcp,
+    /// An HTTP/1.1 request gets an expected answer.
+    Http(HttpMonitor),
+}
+
+/// An HTTP health check's request and expectation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpMonitor {
+    /// The method (an HTTP token, upper case as written).
+    pub method: String,
+    /// The path (starts with `/`, visible ASCII).
+    pub path: String,
+    /// The `Host` header; `None` = the server's address.
+    pub host: Option<String>,
+    /// The statuses and body substring that count as healthy.
+    pub expect: HttpExpect,
+}
+
+/// A server group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerGroup {
+    /// Its name.
+    pub name: String,
+    /// How a server is chosen.
+    pub method: Method,
+    /// The monitor's name (a configured [`Monitor::name`]); `None` = servers count as up.
+    pub monitor: Option<String>,
+    /// The servers (at least one; names unique in the group).
+    pub servers: Vec<Server>,
+    /// Most requests waiting when every server is at its limit; 0 = 503 at once.
+    pub surge_queue: u32,
+    /// Longest wait in the surge queue.
+    pub queue_timeout: Duration,
+    /// Further tries on other servers (0–10).
+    pub retries: u32,
+    /// Time allowed to connect to a server.
+    pub connect_timeout: Duration,
+    /// Time allowed from request sent to response header.
+    pub response_timeout: Duration,
+    /// Idle keep-alive connections kept per server (0 = no reuse).
+    pub pool_max_idle: u32,
+    /// How long an idle pooled connection is kept.
+    pub pool_idle_timeout: Duration,
+    /// Session persistence.
+    pub persistence: Option<Persistence>,
+}
+
+/// Session persistence of a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Persistence {
+    /// An inserted cookie names the server (HTTP virtual servers only).
+    Cookie(CookiePersistence),
+    /// The client's masked address names the server.
+    SourceIp(SourceIpPersistence),
+}
+
+/// Inserted-cookie persistence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CookiePersistence {
+    /// The cookie's name (an RFC 6265 token).
+    pub name: String,
+    /// Its `Path` (starts with `/`, no `;` or control characters).
+    pub path: String,
+    /// `Max-Age`; `None` = a session cookie.
+    pub max_age: Option<Duration>,
+    /// `Secure`.
+    pub secure: bool,
+    /// `HttpOnly`.
+    pub http_only: bool,
+    /// `SameSite`; `None` = not sent. `Some(SameSite::None)` only with `secure`.
+    pub same_site: Option<SameSite>,
+}
+
+/// Source-IP persistence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceIpPersistence {
+    /// IPv4 prefix length (1–32).
+    pub mask_v4: u8,
+    /// IPv6 prefix length (1–128).
+    pub mask_v6: u8,
+    /// How long an idle entry is kept (> 0).
+    pub timeout: Duration,
+    /// Most entries kept (> 0).
+    pub capacity: usize,
+}
+
+/// One server of a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
+    /// Its name (unique in the group).
+    pub name: String,
+    /// Where it listens.
+    pub address: SocketAddr,
+    /// Its weight (0–1000).
+    pub weight: u32,
+    /// Requests in flight at once; 0 = unlimited.
+    pub max_connections: u32,
+    /// Used only when every primary server is down.
+    pub backup: bool,
+    /// The administrative state at start.
+    pub state: AdminState,
+}
+
+/// A virtual server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VirtualServer {
+    /// Its name.
+    pub name: String,
+    /// Layer 4 or layer 7.
+    pub kind: VirtualServerKind,
+    /// Where it listens (unique across the file).
+    pub listen: SocketAddr,
+    /// The default group's name (a configured [`ServerGroup::name`]).
+    pub group: String,
+    /// Idle time after which a client connection is closed.
+    pub client_idle_timeout: Duration,
+    /// Time allowed for a whole request header (HTTP).
+    pub request_header_timeout: Duration,
+    /// Largest request header in bytes (HTTP; 1 KiB – 1 MiB).
+    pub max_header_bytes: usize,
+    /// Most request header fields (HTTP; 1–1000).
+    pub max_headers: usize,
+    /// Connections at once per client address; 0 = unlimited.
+    pub max_connections_per_client: u32,
+    /// Connections (tcp) or requests (http) per second per client address; 0 = unlimited.
+    pub rate_per_client: u32,
+    /// Accept HTTP/2 with prior knowledge.
+    pub http2: bool,
+    /// Append to `X-Forwarded-For`.
+    pub x_forwarded_for: bool,
+    /// Set `X-Forwarded-Proto`.
+    pub x_forwarded_proto: bool,
+    /// Append an RFC 7239 `Forwarded` element.
+    pub forwarded: bool,
+    /// Rules for request headers.
+    pub request_headers: HeaderRules,
+    /// Rules for response headers.
+    pub response_headers: HeaderRules,
+    /// The access log, if any.
+    pub access_log: Option<AccessLog>,
+    /// Content-switching rules, first match wins (HTTP only).
+    pub rules: Vec<Rule>,
+}
+
+/// Layer 4 or layer 7.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VirtualServerKind {
+    /// HTTP/1.1 and HTTP/2 (prior knowledge) to clients, HTTP/1.1 to servers.
+    Http,
+    /// Bytes both ways.
+    Tcp,
+}
+
+impl VirtualServerKind {
+    /// The name written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VirtualServerKind::Http => "http",
+            VirtualServerKind::Tcp => "tcp",
+        }
+    }
+}
+
+/// Header rules: remove, then set, then add.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeaderRules {
+    /// Names to remove (lower case).
+    pub remove: Vec<String>,
+    /// Headers to set, replacing others of the same name (names lower case).
+    pub set: Vec<(String, String)>,
+    /// Headers to add (names lower case).
+    pub add: Vec<(String, String)>,
+}
+
+impl HeaderRules {
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.remove.is_empty() && self.set.is_empty() && self.add.is_empty()
+    }
+}
+
+/// Where and how requests are logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessLog {
+    /// The file; `None` = standard output.
+    pub path: Option<PathBuf>,
+    /// The line format.
+    pub format: AccessLogFormat,
+}
+
+/// An access log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessLogFormat {
+    /// The combined log format.
+    Combined,
+    /// One JSON object per line.
+    Json,
+}
+
+/// A content-switching rule: requests matching every condition go to `group`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    /// Its name.
+    pub name: String,
+    /// The group's name (a configured [`ServerGroup::name`]).
+    pub group: String,
+    /// The conditions (at least one), all of which must hold.
+    pub conditions: Vec<Condition>,
+}
+
+/// One condition of a rule.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Condition {
+    /// The host (lower case, port removed) equals this.
+    Host(String),
+    /// The host ends with this suffix (lower case, starting with `.`), from `*.example.com`.
+    HostSuffix(String),
+    /// The path equals this.
+    Path(String),
+    /// The path starts with this.
+    PathPrefix(String),
+    /// The path contains this.
+    PathContains(String),
+    /// The path matches this expression.
+    PathRegex(Pattern),
+    /// The path's extension (lower case, no dot) is one of these.
+    PathExtension(Vec<String>),
+    /// The method is one of these.
+    Method(Vec<String>),
+    /// A header (name lower case) is present and its value matches.
+    Header {
+        /// The header's name, lower case.
+        name: String,
+        /// What its value must be.
+        value: ValueMatch,
+    },
+}
+
+/// How a header's value is matched.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ValueMatch {
+    /// Any value.
+    Any,
+    /// Exactly this value.
+    Exact(String),
+    /// A value matching this expression.
+    Regex(Pattern),
+}
+
+/// A compiled regular expression; equal when written the same.
+#[derive(Clone)]
+pub struct Pattern(pub regex::Regex);
+
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.as_str() == other.0.as_str()
+    }
+}
+
+impl fmt::Debug for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "/{}/", self.0.as_str())
+    }
+}
+
+/// Validates `[runtime]`.
+pub(crate) fn runtime(
+    s: Option<&Spanned<RuntimeSection>>,
+    origin: &Origin,
+) -> Result<RuntimeConfig, ConfigError> {
+    let Some(s) = s else {
+        return Ok(RuntimeConfig::default());
+    };
+    let s = s.get_ref();
+    let workers = match &s.workers {
+        None => None,
+        Some(w) => Some(ranged(w, 1, 256, "runtime workers", origin)? as usize),
+    };
+    Ok(RuntimeConfig {
+        workers,
+        shutdown_grace: dur(&s.shutdown_grace, DEFAULT_SHUTDOWN_GRACE),
+    })
+}
+
+/// Validates the ADC sections (see the module doc for the checks).
+pub(crate) fn adc(
+    monitors: &[MonitorSection],
+    groups: &[ServerGroupSection],
+    virtual_servers: &[VirtualServerSection],
+    origin: &Origin,
+) -> Result<AdcConfig, ConfigError> {
+    let mut names = Names::default();
+    let mut out = AdcConfig::default();
+    for m in monitors {
+        names.claim("monitor", &m.name, origin)?;
+        out.monitors.push(monitor(m, origin)?);
+    }
+    let monitor_names: Vec<&str> = out.monitors.iter().map(|m| m.name.as_str()).collect();
+    for g in groups {
+        names.claim("server group", &g.name, origin)?;
+        let group = group(g, origin)?;
+        if let Some(m) = &g.monitor {
+            reference(m, &monitor_names, "monitor", "[[monitor]]", origin)?;
+        }
+        out.groups.push(group);
+    }
+    let group_names: Vec<String> = out.groups.iter().map(|g| g.name.clone()).collect();
+    let group_names: Vec<&str> = group_names.iter().map(String::as_str).collect();
+    let mut listens: HashMap<SocketAddr, (String, Option<usize>)> = HashMap::new();
+    for v in virtual_servers {
+        names.claim("virtual server", &v.name, origin)?;
+        let vs = virtual_server(v, &group_names, origin)?;
+        let at = origin.locate(Some(v.listen.span()));
+        if let Some((other, line)) = listens.get(&vs.listen) {
+            return Err(invalid(
+                at,
+                format!(
+                    "virtual server `{}`: listen address {} is already used by virtual server \
+                     `{other}`{}: give each its own address or port",
+                    vs.name,
+                    vs.listen,
+                    line.map(|l| format!(" (line {l})")).unwrap_or_default()
+                ),
+            ));
+        }
+        listens.insert(vs.listen, (vs.name.clone(), at.line));
+        // Cookie persistence needs HTTP: a tcp virtual server has no cookies to read.
+        if vs.kind == VirtualServerKind::Tcp {
+            let g = out.group(&vs.group).expect("checked by virtual_server");
+            if matches!(g.persistence, Some(Persistence::Cookie(_))) {
+                return Err(invalid(
+                    origin.locate(Some(v.group.span())),
+                    format!(
+                        "virtual server `{}` is `tcp` but its group `{}` uses cookie \
+                         persistence, which needs HTTP: use kind = \"http\", or \
+                         persistence kind = \"source-ip\" in the group",
+                        vs.name, g.name
+                    ),
+                ));
+            }
+        }
+        out.virtual_servers.push(vs);
+    }
+    Ok(out)
+}
+
+/// Names already used, per kind of thing, with the line they were first used on.
+#[derive(Default)]
+struct Names {
+    seen: HashMap<(&'static str, String), Option<usize>>,
+}
+
+impl Names {
+    fn claim(
+        &mut self,
+        what: &'static str,
+        name: &Spanned<String>,
+        origin: &Origin,
+    ) -> Result<(), ConfigError> {
+        let at = origin.locate(Some(name.span()));
+        check_name(name.get_ref(), what).map_err(|m| invalid(at.clone(), m))?;
+        if let Some(first) = self.seen.insert((what, name.get_ref().clone()), at.line) {
+            return Err(invalid(
+                at,
+                format!(
+                    "{what} name `{}` is used twice{}: give each {what} its own name",
+                    name.get_ref(),
+                    first
+                        .map(|l| format!(" (first on line {l})"))
+                        .unwrap_or_default()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks that `name` is one of `known`, with a did-you-mean.
+fn reference(
+    name: &Spanned<String>,
+    known: &[&str],
+    what: &str,
+    section: &str,
+    origin: &Origin,
+) -> Result<String, ConfigError> {
+    let n = name.get_ref();
+    if known.contains(&n.as_str()) {
+        return Ok(n.clone());
+    }
+    let hint = match did_you_mean(n, known) {
+        Some(s) => format!("did you mean `{s}`?"),
+        None if known.is_empty() => format!("there is no {section} in the file: add one"),
+        None => format!(
+            "the {what}s are {}",
+            known
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    Err(invalid(
+        origin.locate(Some(name.span())),
+        format!("unknown {what} `{n}`: {hint}"),
+    ))
+}
+
+/// `value` within `lo..=hi`, or an error that names the range.
+fn ranged(
+    value: &Spanned<u32>,
+    lo: u32,
+    hi: u32,
+    what: &str,
+    origin: &Origin,
+) -> Result<u32, ConfigError> {
+    let v = *value.get_ref();
+    if (lo..=hi).contains(&v) {
+        Ok(v)
+    } else {
+        Err(invalid(
+            origin.locate(Some(value.span())),
+            format!("{what} {v} is out of range: use {lo} to {hi}"),
+        ))
+    }
+}
+
+fn ranged_or(
+    value: &Option<Spanned<u32>>,
+    default: u32,
+    lo: u32,
+    hi: u32,
+    what: &str,
+    origin: &Origin,
+) -> Result<u32, ConfigError> {
+    value
+        .as_ref()
+        .map_or(Ok(default), |v| ranged(v, lo, hi, what, origin))
+}
+
+fn dur(value: &Option<Spanned<crate::file::DurationValue>>, default: Duration) -> Duration {
+    value.as_ref().map_or(default, |v| v.get_ref().0)
+}
+
+/// A duration that must be larger than zero.
+fn positive(
+    value: &Option<Spanned<crate::file::DurationValue>>,
+    default: Duration,
+    what: &str,
+    origin: &Origin,
+) -> Result<Duration, ConfigError> {
+    match value {
+        Some(v) if v.get_ref().0.is_zero() => Err(invalid(
+            origin.locate(Some(v.span())),
+            format!("{what} must be longer than 0: give a duration such as \"5s\""),
+        )),
+        v => Ok(dur(v, default)),
+    }
+}
+
+/// A value only allowed for some kind: an error pointing at it when given anyway.
+fn not_for<T>(
+    value: &Option<Spanned<T>>,
+    message: impl FnOnce() -> String,
+    origin: &Origin,
+) -> Result<(), ConfigError> {
+    match value {
+        Some(v) => Err(invalid(origin.locate(Some(v.span())), message())),
+        None => Ok(()),
+    }
+}
+
+/// An RFC 9110 token (method and header names).
+pub(crate) fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// A header value we accept from the config: visible ASCII and spaces, no leading/trailing
+/// whitespace.
+fn is_header_value(s: &str) -> bool {
+    s.bytes()
+        .all(|b| b == b' ' || b == b'\t' || (0x21..0x7f).contains(&b))
+        && s.trim() == s
+}
+
+fn monitor(m: &MonitorSection, origin: &Origin) -> Result<Monitor, ConfigError> {
+    let name = m.name.get_ref().clone();
+    let interval = positive(&m.interval, DEFAULT_INTERVAL, "monitor interval", origin)?;
+    let timeout = positive(
+        &m.timeout,
+        DEFAULT_CHECK_TIMEOUT.min(interval),
+        "monitor timeout",
+        origin,
+    )?;
+    if timeout > interval {
+        let span = m.timeout.as_ref().map(Spanned::span);
+        return Err(invalid(
+            origin.locate(span),
+            format!(
+                "monitor `{name}`: timeout {} is longer than interval {}: a check must end \
+                 before the next starts; shorten the timeout",
+                headway_core::units::format_duration(timeout),
+                headway_core::units::format_duration(interval)
+            ),
+        ));
+    }
+    let rise = ranged_or(&m.rise, 2, 1, 100, "monitor rise", origin)?;
+    let fall = ranged_or(&m.fall, 3, 1, 100, "monitor fall", origin)?;
+    let kind = match m.kind.get_ref().as_str() {
+        "tcp" => {
+            let http_only = |key: &str| {
+                let key = key.to_string();
+                let name = name.clone();
+                move || {
+                    format!(
+                        "monitor `{name}`: `{key}` is for HTTP monitors; remove it or use \
+                         kind = \"http\""
+                    )
+                }
+            };
+            not_for(&m.method, http_only("method"), origin)?;
+            not_for(&m.path, http_only("path"), origin)?;
+            not_for(&m.host, http_only("host"), origin)?;
+            not_for(&m.expect_status, http_only("expect_status"), origin)?;
+            not_for(&m.expect_body, http_only("expect_body"), origin)?;
+            MonitorKind::Tcp
+        }
+        "http" => MonitorKind::Http(http_monitor(m, origin)?),
+        other => {
+            let hint = did_you_mean(other, &["tcp", "http"])
+                .map(|s| format!(" — did you mean `{s}`?"))
+                .unwrap_or_default();
+            return Err(invalid(
+                origin.locate(Some(m.kind.span())),
+                format!("unknown monitor kind `{other}`: use \"tcp\" or \"http\"{hint}"),
+            ));
+        }
+    };
+    Ok(Monitor {
+        name,
+        kind,
+        interval,
+        timeout,
+        rise,
+        fall,
+    })
+}
+
+fn http_monitor(m: &MonitorSection, origin: &Origin) -> Result<HttpMonitor, ConfigError> {
+    let at = |s: &Spanned<String>| origin.locate(Some(s.span()));
+    let method = match &m.method {
+        None => "GET".to_string(),
+        Some(s) if is_token(s.get_ref()) => s.get_ref().clone(),
+        Some(s) => {
+            return Err(invalid(
+                at(s),
+                format!(
+                    "`{}` is not an HTTP method: write e.g. \"GET\"",
+                    s.get_ref()
+                ),
+            ))
+        }
+    };
+    let path = match &m.path {
+        None => "/".to_string(),
+        Some(s) if s.get_ref().starts_with('/') && is_visible(s.get_ref()) => s.get_ref().clone(),
+        Some(s) => {
+            return Err(invalid(
+                at(s),
+                format!(
+                    "monitor path `{}` must start with `/` and hold no spaces or control \
+                     characters: write e.g. \"/healthz\"",
+                    s.get_ref()
+                ),
+            ))
+        }
+    };
+    let host = match &m.host {
+        None => None,
+        Some(s) if !s.get_ref().is_empty() && is_visible(s.get_ref()) => Some(s.get_ref().clone()),
+        Some(s) => {
+            return Err(invalid(
+                at(s),
+                format!(
+                    "monitor host `{}` is not a host name: write e.g. \"www.example.com\"",
+                    s.get_ref()
+                ),
+            ))
+        }
+    };
+    let status = m.expect_status.as_ref().map_or("200-399", |s| s.get_ref());
+    let status: StatusSet = status.parse().map_err(|e| {
+        invalid(
+            origin.locate(m.expect_status.as_ref().map(Spanned::span)),
+            format!("expect_status: {e}"),
+        )
+    })?;
+    let body_contains = match &m.expect_body {
+        Some(b) if b.get_ref().is_empty() => {
+            return Err(invalid(
+                at(b),
+                "expect_body is empty: give the text the body must contain, or remove it".into(),
+            ));
+        }
+        b => b.as_ref().map(|b| b.get_ref().as_bytes().to_vec()),
+    };
+    let expect = HttpExpect {
+        status,
+        body_contains,
+    };
+    Ok(HttpMonitor {
+        method,
+        path,
+        host,
+        expect,
+    })
+}
+
+/// Visible ASCII only (no spaces, no control characters).
+fn is_visible(s: &str) -> bool {
+    s.bytes().all(|b| (0x21..0x7f).contains(&b))
+}
+
+fn group(g: &ServerGroupSection, origin: &Origin) -> Result<ServerGroup, ConfigError> {
+    let name = g.name.get_ref().clone();
+    let method = match &g.method {
+        None => Method::RoundRobin,
+        Some(m) => m.get_ref().parse().map_err(|_| {
+            let all = [
+                "round-robin",
+                "least-connection",
+                "least-response-time",
+                "source-ip-hash",
+                "url-hash",
+            ];
+            let hint = did_you_mean(m.get_ref(), &all)
+                .map(|s| format!(" — did you mean `{s}`?"))
+                .unwrap_or_default();
+            invalid(
+                origin.locate(Some(m.span())),
+                format!(
+                    "group `{name}`: unknown method `{}`: use one of {}{hint}",
+                    m.get_ref(),
+                    all.join(", ")
+                ),
+            )
+        })?,
+    };
+    if g.server.is_empty() {
+        return Err(invalid(
+            origin.locate(Some(g.name.span())),
+            format!(
+                "server group `{name}` has no servers: add at least one [[server_group.server]] \
+                 with an `address`"
+            ),
+        ));
+    }
+    let default_max = ranged_or(
+        &g.max_connections,
+        0,
+        0,
+        1_000_000,
+        "max_connections",
+        origin,
+    )?;
+    let mut servers = Vec::with_capacity(g.server.len());
+    let mut seen: HashMap<String, Option<usize>> = HashMap::new();
+    for s in &g.server {
+        let srv = server(s, default_max, &name, origin)?;
+        let at = origin.locate(Some(s.name.as_ref().unwrap_or(&s.address).span()));
+        if let Some(first) = seen.insert(srv.name.clone(), at.line) {
+            return Err(invalid(
+                at,
+                format!(
+                    "group `{name}`: server `{}` appears twice{}: give each server its own \
+                     `name` (or address)",
+                    srv.name,
+                    first
+                        .map(|l| format!(" (first on line {l})"))
+                        .unwrap_or_default()
+                ),
+            ));
+        }
+        servers.push(srv);
+    }
+    let persistence = match &g.persistence {
+        None => None,
+        Some(p) => Some(persistence(p, &name, origin)?),
+    };
+    Ok(ServerGroup {
+        name,
+        method,
+        monitor: g.monitor.as_ref().map(|m| m.get_ref().clone()),
+        servers,
+        surge_queue: ranged_or(&g.surge_queue, 1024, 0, 1_000_000, "surge_queue", origin)?,
+        queue_timeout: positive(
+            &g.queue_timeout,
+            Duration::from_secs(5),
+            "queue_timeout",
+            origin,
+        )?,
+        retries: ranged_or(&g.retries, 2, 0, 10, "retries", origin)?,
+        connect_timeout: positive(
+            &g.connect_timeout,
+            Duration::from_secs(3),
+            "connect_timeout",
+            origin,
+        )?,
+        response_timeout: positive(
+            &g.response_timeout,
+            Duration::from_secs(60),
+            "response_timeout",
+            origin,
+        )?,
+        pool_max_idle: ranged_or(&g.pool_max_idle, 64, 0, 100_000, "pool_max_idle", origin)?,
+        pool_idle_timeout: positive(
+            &g.pool_idle_timeout,
+            Duration::from_secs(60),
+            "pool_idle_timeout",
+            origin,
+        )?,
+        persistence,
+    })
+}
+
+fn server(
+    s: &ServerSection,
+    default_max: u32,
+    group: &str,
+    origin: &Origin,
+) -> Result<Server, ConfigError> {
+    let address = socket(&s.address, "server address", "TCP", origin)?;
+    let name = match &s.name {
+        None => address.to_string(),
+        Some(n) => {
+            let ok = |c: char| c.is_ascii_alphanumeric() || "-_.:[]".contains(c);
+            if n.get_ref().is_empty() || n.get_ref().len() > 64 || !n.get_ref().chars().all(ok) {
+                return Err(invalid(
+                    origin.locate(Some(n.span())),
+                    format!(
+                        "`{}` is not a valid server name: use 1 to 64 letters, digits, `-`, `_`, \
+                         `.`, `:`, `[` or `]`",
+                        n.get_ref()
+                    ),
+                ));
+            }
+            n.get_ref().clone()
+        }
+    };
+    let state = match &s.state {
+        None => AdminState::Enabled,
+        Some(st) => match st.get_ref().as_str() {
+            "enabled" => AdminState::Enabled,
+            "disabled" => AdminState::Disabled,
+            "draining" => AdminState::Draining,
+            other => {
+                return Err(invalid(
+                    origin.locate(Some(st.span())),
+                    format!(
+                        "group `{group}`, server `{name}`: unknown state `{other}`: use \
+                         \"enabled\", \"disabled\" or \"draining\""
+                    ),
+                ))
+            }
+        },
+    };
+    Ok(Server {
+        weight: ranged_or(&s.weight, 1, 0, 1000, "weight", origin)?,
+        max_connections: ranged_or(
+            &s.max_connections,
+            default_max,
+            0,
+            1_000_000,
+            "max_connections",
+            origin,
+        )?,
+        backup: s.backup.unwrap_or(false),
+        state,
+        name,
+        address,
+    })
+}
+
+fn persistence(
+    p: &Spanned<PersistenceSection>,
+    group: &str,
+    origin: &Origin,
+) -> Result<Persistence, ConfigError> {
+    let s = p.get_ref();
+    let at = |span| origin.locate(Some(span));
+    match s.kind.get_ref().as_str() {
+        "cookie" => {
+            let only_ip = |key: &'static str| {
+                move || {
+                    format!(
+                        "group `{group}`: `{key}` is for source-ip persistence; remove it with \
+                         kind = \"cookie\""
+                    )
+                }
+            };
+            not_for(&s.mask, only_ip("mask"), origin)?;
+            not_for(&s.mask_v6, only_ip("mask_v6"), origin)?;
+            not_for(&s.capacity, only_ip("capacity"), origin)?;
+            let name = match &s.cookie {
+                None => "HWSRV".to_string(),
+                Some(c) if is_token(c.get_ref()) => c.get_ref().clone(),
+                Some(c) => {
+                    return Err(invalid(
+                        at(c.span()),
+                        format!(
+                            "`{}` is not a valid cookie name: use letters, digits and `-`, `_`, \
+                             `.` (no spaces, `=`, `;` or quotes)",
+                            c.get_ref()
+                        ),
+                    ))
+                }
+            };
+            let path = match &s.path {
+                None => "/".to_string(),
+                Some(pth)
+                    if pth.get_ref().starts_with('/')
+                        && is_visible(pth.get_ref())
+                        && !pth.get_ref().contains(';') =>
+                {
+                    pth.get_ref().clone()
+                }
+                Some(pth) => {
+                    return Err(invalid(
+                        at(pth.span()),
+                        format!(
+                            "cookie path `{}` must start with `/` and hold no spaces, `;` or \
+                             control characters",
+                            pth.get_ref()
+                        ),
+                    ))
+                }
+            };
+            let max_age = s
+                .timeout
+                .as_ref()
+                .map(|t| t.get_ref().0)
+                .filter(|d| !d.is_zero());
+            let secure = s.secure.unwrap_or(false);
+            let same_site = match &s.same_site {
+                None => None,
+                Some(v) => Some(match v.get_ref().to_ascii_lowercase().as_str() {
+                    "strict" => SameSite::Strict,
+                    "lax" => SameSite::Lax,
+                    "none" if secure => SameSite::None,
+                    "none" => {
+                        return Err(invalid(
+                            at(v.span()),
+                            "same_site = \"none\" needs secure = true (browsers drop such \
+                             cookies otherwise)"
+                                .into(),
+                        ))
+                    }
+                    other => {
+                        return Err(invalid(
+                            at(v.span()),
+                            format!(
+                                "unknown same_site `{other}`: use \"strict\", \"lax\" or \"none\""
+                            ),
+                        ))
+                    }
+                }),
+            };
+            Ok(Persistence::Cookie(CookiePersistence {
+                name,
+                path,
+                max_age,
+                secure,
+                http_only: s.http_only.unwrap_or(true),
+                same_site,
+            }))
+        }
+        "source-ip" => {
+            let only_cookie = |key: &'static str| {
+                move || {
+                    format!(
+                        "group `{group}`: `{key}` is for cookie persistence; remove it with \
+                         kind = \"source-ip\""
+                    )
+                }
+            };
+            not_for(&s.cookie, only_cookie("cookie"), origin)?;
+            not_for(&s.path, only_cookie("path"), origin)?;
+            not_for(&s.same_site, only_cookie("same_site"), origin)?;
+            if s.secure.is_some() || s.http_only.is_some() {
+                return Err(invalid(
+                    at(p.span()),
+                    format!(
+                        "group `{group}`: `secure` and `http_only` are for cookie persistence; \
+                         remove them with kind = \"source-ip\""
+                    ),
+                ));
+            }
+            let mask = |v: &Option<Spanned<u8>>, default: u8, max: u8, what: &str| match v {
+                None => Ok(default),
+                Some(m) if (1..=max).contains(m.get_ref()) => Ok(*m.get_ref()),
+                Some(m) => Err(invalid(
+                    at(m.span()),
+                    format!("{what} {} is out of range: use 1 to {max}", m.get_ref()),
+                )),
+            };
+            Ok(Persistence::SourceIp(SourceIpPersistence {
+                mask_v4: mask(&s.mask, 32, 32, "mask")?,
+                mask_v6: mask(&s.mask_v6, 64, 128, "mask_v6")?,
+                timeout: positive(
+                    &s.timeout,
+                    Duration::from_secs(120),
+                    "persistence timeout",
+                    origin,
+                )?,
+                capacity: ranged_or(&s.capacity, 1_000_000, 1, 100_000_000, "capacity", origin)?
+                    as usize,
+            }))
+        }
+        other => Err(invalid(
+            at(s.kind.span()),
+            format!(
+                "group `{group}`: unknown persistence kind `{other}`: use \"cookie\" or \
+                 \"source-ip\""
+            ),
+        )),
+    }
+}
+
+fn virtual_server(
+    v: &VirtualServerSection,
+    groups: &[&str],
+    origin: &Origin,
+) -> Result<VirtualServer, ConfigError> {
+    let name = v.name.get_ref().clone();
+    let at = |span| origin.locate(Some(span));
+    let kind = match v.kind.get_ref().as_str() {
+        "http" => VirtualServerKind::Http,
+        "tcp" => VirtualServerKind::Tcp,
+        other => {
+            let hint = did_you_mean(other, &["http", "tcp"])
+                .map(|s| format!(" — did you mean `{s}`?"))
+                .unwrap_or_default();
+            return Err(invalid(
+                at(v.kind.span()),
+                format!(
+                    "virtual server `{name}`: unknown kind `{other}`: use \"http\" or \"tcp\"{hint}"
+                ),
+            ));
+        }
+    };
+    let listen = socket(&v.listen, "listen", "TCP", origin)?;
+    let group = reference(&v.group, groups, "server group", "[[server_group]]", origin)?;
+    if kind == VirtualServerKind::Tcp {
+        let http_only = |key: &'static str| {
+            let name = name.clone();
+            move || {
+                format!(
+                    "virtual server `{name}` is `tcp`: `{key}` is for HTTP virtual servers; \
+                     remove it or use kind = \"http\""
+                )
+            }
+        };
+        not_for(
+            &v.request_header_timeout,
+            http_only("request_header_timeout"),
+            origin,
+        )?;
+        not_for(&v.max_header_bytes, http_only("max_header_bytes"), origin)?;
+        not_for(&v.max_headers, http_only("max_headers"), origin)?;
+        not_for(&v.request_headers, http_only("request_headers"), origin)?;
+        not_for(&v.response_headers, http_only("response_headers"), origin)?;
+        if v.http2.is_some()
+            || v.x_forwarded_for.is_some()
+            || v.x_forwarded_proto.is_some()
+            || v.forwarded.is_some()
+        {
+            return Err(invalid(
+                at(v.kind.span()),
+                format!(
+                    "virtual server `{name}` is `tcp`: `http2`, `x_forwarded_for`, \
+                     `x_forwarded_proto` and `forwarded` are for HTTP virtual servers; remove \
+                     them or use kind = \"http\""
+                ),
+            ));
+        }
+        if let Some(r) = v.rule.first() {
+            return Err(invalid(
+                at(r.group.span()),
+                format!(
+                    "virtual server `{name}` is `tcp`: content-switching rules need HTTP; \
+                     remove them or use kind = \"http\""
+                ),
+            ));
+        }
+    }
+    let max_header_bytes = match &v.max_header_bytes {
+        None => 32 * 1024,
+        Some(b) if (1024..=1 << 20).contains(&b.get_ref().bytes()) => b.get_ref().bytes() as usize,
+        Some(b) => {
+            return Err(invalid(
+                at(b.span()),
+                format!(
+                    "max_header_bytes {} is out of range: use 1KiB to 1MiB",
+                    b.get_ref()
+                ),
+            ))
+        }
+    };
+    let access_log = match &v.access_log {
+        None => {
+            not_for(
+                &v.access_log_format,
+                || {
+                    "access_log_format without access_log: add `access_log = \"-\"` (standard output) or a file path".into()
+                },
+                origin,
+            )?;
+            None
+        }
+        Some(p) => Some(AccessLog {
+            path: (p.get_ref().as_os_str() != "-").then(|| resolve(p.get_ref(), origin)),
+            format: match v.access_log_format.as_ref().map(|f| f.get_ref().as_str()) {
+                None | Some("combined") => AccessLogFormat::Combined,
+                Some("json") => AccessLogFormat::Json,
+                Some(other) => {
+                    return Err(invalid(
+                        origin.locate(v.access_log_format.as_ref().map(Spanned::span)),
+                        format!(
+                            "unknown access_log_format `{other}`: use \"combined\" or \"json\""
+                        ),
+                    ))
+                }
+            },
+        }),
+    };
+    let mut rules = Vec::with_capacity(v.rule.len());
+    for (i, r) in v.rule.iter().enumerate() {
+        rules.push(rule(r, i, groups, origin)?);
+    }
+    Ok(VirtualServer {
+        kind,
+        listen,
+        group,
+        client_idle_timeout: positive(
+            &v.client_idle_timeout,
+            Duration::from_secs(180),
+            "client_idle_timeout",
+            origin,
+        )?,
+        request_header_timeout: positive(
+            &v.request_header_timeout,
+            Duration::from_secs(10),
+            "request_header_timeout",
+            origin,
+        )?,
+        max_header_bytes,
+        max_headers: ranged_or(&v.max_headers, 100, 1, 1000, "max_headers", origin)? as usize,
+        max_connections_per_client: ranged_or(
+            &v.max_connections_per_client,
+            0,
+            0,
+            1_000_000,
+            "max_connections_per_client",
+            origin,
+        )?,
+        rate_per_client: ranged_or(
+            &v.rate_per_client,
+            0,
+            0,
+            10_000_000,
+            "rate_per_client",
+            origin,
+        )?,
+        http2: v.http2.unwrap_or(true),
+        x_forwarded_for: v.x_forwarded_for.unwrap_or(true),
+        x_forwarded_proto: v.x_forwarded_proto.unwrap_or(true),
+        forwarded: v.forwarded.unwrap_or(false),
+        request_headers: header_rules(v.request_headers.as_ref(), origin)?,
+        response_headers: header_rules(v.response_headers.as_ref(), origin)?,
+        access_log,
+        rules,
+        name,
+    })
+}
+
+fn header_rules(
+    s: Option<&Spanned<HeaderRulesSection>>,
+    origin: &Origin,
+) -> Result<HeaderRules, ConfigError> {
+    let Some(s) = s else {
+        return Ok(HeaderRules::default());
+    };
+    let span = s.span();
+    let s = s.get_ref();
+    let bad_name = |n: &str, span: std::ops::Range<usize>| {
+        invalid(
+            origin.locate(Some(span)),
+            format!("`{n}` is not a header name: use letters, digits and `-` (e.g. \"X-Env\")"),
+        )
+    };
+    let mut out = HeaderRules::default();
+    for r in &s.remove {
+        if !is_token(r.get_ref()) {
+            return Err(bad_name(r.get_ref(), r.span()));
+        }
+        out.remove.push(r.get_ref().to_ascii_lowercase());
+    }
+    for (map, into) in [(&s.set, &mut out.set), (&s.add, &mut out.add)] {
+        for (n, value) in map {
+            if !is_token(n) {
+                // The key has no span of its own; point at its value.
+                return Err(bad_name(n, value.span()));
+            }
+            if !is_header_value(value.get_ref()) {
+                return Err(invalid(
+                    origin.locate(Some(value.span())),
+                    format!(
+                        "the value of header `{n}` must be visible ASCII without leading or \
+                         trailing spaces"
+                    ),
+                ));
+            }
+            into.push((n.to_ascii_lowercase(), value.get_ref().clone()));
+        }
+    }
+    // Hop-by-hop and framing headers are the proxy's to manage, never a rule's.
+    for n in out
+        .set
+        .iter()
+        .chain(&out.add)
+        .map(|(n, _)| n.as_str())
+        .chain(out.remove.iter().map(String::as_str))
+    {
+        if matches!(
+            n,
+            "connection"
+                | "keep-alive"
+                | "transfer-encoding"
+                | "content-length"
+                | "te"
+                | "trailer"
+                | "upgrade"
+                | "proxy-connection"
+                | "host"
+        ) {
+            return Err(invalid(
+                origin.locate(Some(span)),
+                format!(
+                    "header `{n}` is managed by the proxy (framing and connection handling) and \
+                     cannot be changed by a rule"
+                ),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+fn rule(
+    r: &AdcRuleSection,
+    index: usize,
+    groups: &[&str],
+    origin: &Origin,
+) -> Result<Rule, ConfigError> {
+    let name = match &r.name {
+        None => format!("rule-{}", index + 1),
+        Some(n) => {
+            check_name(n.get_ref(), "rule")
+                .map_err(|m| invalid(origin.locate(Some(n.span())), m))?;
+            n.get_ref().clone()
+        }
+    };
+    let group = reference(&r.group, groups, "server group", "[[server_group]]", origin)?;
+    let regex = |s: &Spanned<String>| {
+        regex::Regex::new(s.get_ref()).map(Pattern).map_err(|e| {
+            invalid(
+                origin.locate(Some(s.span())),
+                format!("rule `{name}`: not a valid regular expression: {e}"),
+            )
+        })
+    };
+    let path_like = |s: &Spanned<String>, what: &str| {
+        if s.get_ref().is_empty() || !is_visible(s.get_ref()) {
+            Err(invalid(
+                origin.locate(Some(s.span())),
+                format!("rule `{name}`: {what} must be non-empty visible ASCII (no spaces)"),
+            ))
+        } else {
+            Ok(s.get_ref().clone())
+        }
+    };
+    let mut conditions = Vec::new();
+    if let Some(h) = &r.host {
+        let host = h.get_ref().to_ascii_lowercase();
+        conditions.push(match host.strip_prefix('*') {
+            Some(suffix) if suffix.starts_with('.') && suffix.len() > 1 => {
+                Condition::HostSuffix(suffix.to_string())
+            }
+            _ if !host.is_empty() && is_visible(&host) && !host.contains('*') => {
+                Condition::Host(host)
+            }
+            _ => {
+                return Err(invalid(
+                    origin.locate(Some(h.span())),
+                    format!(
+                        "rule `{name}`: host `{}` is not a host name or `*.domain` pattern",
+                        h.get_ref()
+                    ),
+                ))
+            }
+        });
+    }
+    if let Some(p) = &r.path {
+        conditions.push(Condition::Path(path_like(p, "path")?));
+    }
+    if let Some(p) = &r.path_prefix {
+        conditions.push(Condition::PathPrefix(path_like(p, "path_prefix")?));
+    }
+    if let Some(p) = &r.path_contains {
+        conditions.push(Condition::PathContains(path_like(p, "path_contains")?));
+    }
+    if let Some(p) = &r.path_regex {
+        conditions.push(Condition::PathRegex(regex(p)?));
+    }
+    if let Some(e) = &r.path_extension {
+        let exts: Vec<String> = e
+            .get_ref()
+            .iter()
+            .map(|x| x.trim_start_matches('.').to_ascii_lowercase())
+            .collect();
+        if exts.is_empty()
+            || exts
+                .iter()
+                .any(|x| x.is_empty() || !is_visible(x) || x.contains('/'))
+        {
+            return Err(invalid(
+                origin.locate(Some(e.span())),
+                format!(
+                    "rule `{name}`: path_extension needs extensions such as [\"jpg\", \"gif\"]"
+                ),
+            ));
+        }
+        conditions.push(Condition::PathExtension(exts));
+    }
+    if let Some(m) = &r.method {
+        if m.get_ref().is_empty() || !m.get_ref().iter().all(|x| is_token(x)) {
+            return Err(invalid(
+                origin.locate(Some(m.span())),
+                format!("rule `{name}`: method needs HTTP methods such as [\"GET\", \"HEAD\"]"),
+            ));
+        }
+        conditions.push(Condition::Method(m.get_ref().clone()));
+    }
+    if let Some(h) = &r.header {
+        let hs = h.get_ref();
+        if !is_token(hs.name.get_ref()) {
+            return Err(invalid(
+                origin.locate(Some(hs.name.span())),
+                format!(
+                    "rule `{name}`: `{}` is not a header name",
+                    hs.name.get_ref()
+                ),
+            ));
+        }
+        let value = match (&hs.value, &hs.regex) {
+            (Some(_), Some(x)) => {
+                return Err(invalid(
+                    origin.locate(Some(x.span())),
+                    format!(
+                        "rule `{name}`: give either `value` or `regex` for the header, not both"
+                    ),
+                ))
+            }
+            (Some(v), None) => ValueMatch::Exact(v.get_ref().clone()),
+            (None, Some(x)) => ValueMatch::Regex(regex(x)?),
+            (None, None) => ValueMatch::Any,
+        };
+        conditions.push(Condition::Header {
+            name: hs.name.get_ref().to_ascii_lowercase(),
+            value,
+        });
+    }
+    if conditions.is_empty() {
+        return Err(invalid(
+            origin.locate(Some(r.group.span())),
+            format!(
+                "rule `{name}` has no condition and would match every request: add one (host, \
+                 path, path_prefix, path_contains, path_regex, path_extension, method, header), \
+                 or set the virtual server's `group` instead"
+            ),
+        ));
+    }
+    Ok(Rule {
+        name,
+        group,
+        conditions,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,314 @@
+use super::*;
+use crate::Config;
+
+fn parse(text: &str) -> Config {
+    match Config::parse(text, "adc.toml") {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Asserts the error is at `line:col` and its message contains each of `parts`.
+fn assert_err(text: &str, line: usize, col: usize, parts: &[&str]) {
+    let e = match Config::parse(text, "adc.toml") {
+        Ok(c) => panic!("expected an error, got {c:?}"),
+        Err(e) => e,
+    };
+    let at = e.location().expect("a located error");
+    assert_eq!((at.line, at.column), (Some(line), Some(col)), "{e}");
+    for p in parts {
+        assert!(e.to_string().contains(p), "`{p}` not in: {e}");
+    }
+}
+
+const GROUP: &str =
+    "[[server_group]]\nname = \"web\"\n[[server_group.server]]\naddress = \"127.0.0.1:8080\"\n";
+const VS: &str =
+    "[[virtual_server]]\nname = \"front\"\nkind = \"http\"\nlisten = \"127.0.0.1:8000\"\ngroup = \"web\"\n";
+
+#[test]
+fn the_sharepoint_example_parses_as_the_seed_configures_it() {
+    let text = include_str!("../../examples/adc-sharepoint.toml");
+    let c = Config::parse(text, "examples/adc-sharepoint.toml").unwrap();
+    assert_eq!(c.runtime.workers, Some(2));
+    let adc = &c.adc;
+    assert_eq!(adc.monitors.len(), 2);
+    assert_eq!(adc.monitors[0].kind, MonitorKind::Tcp);
+    assert_eq!((adc.monitors[0].rise, adc.monitors[0].fall), (2, 3));
+    let g80 = adc.group("sharepoint_80").unwrap();
+    assert_eq!(g80.method, Method::LeastConnection);
+    assert_eq!(g80.monitor.as_deref(), Some("tcp"));
+    assert_eq!(g80.response_timeout, Duration::from_secs(360));
+    assert_eq!(g80.servers.len(), 2);
+    assert_eq!(g80.servers[0].name, "spsdog4-25");
+    match &g80.persistence {
+        Some(Persistence::Cookie(c)) => {
+            assert_eq!(c.name, "NSC_SP80");
+            assert_eq!(c.max_age, None);
+            assert!(c.http_only);
+        }
+        other => panic!("{other:?}"),
+    }
+    let vs = &adc.virtual_servers[0];
+    assert_eq!(vs.kind, VirtualServerKind::Http);
+    assert_eq!(vs.group, "sharepoint_80");
+    assert_eq!(vs.client_idle_timeout, Duration::from_secs(180));
+    assert_eq!(vs.rules.len(), 1);
+    assert_eq!(vs.rules[0].group, "sharepoint_8080");
+    assert_eq!(
+        vs.rules[0].conditions,
+        vec![Condition::PathContains("/_layouts/MySite.aspx".into())]
+    );
+    assert_eq!(
+        vs.access_log,
+        Some(AccessLog {
+            path: None,
+            format: AccessLogFormat::Combined
+        })
+    );
+}
+
+#[test]
+fn defaults_of_a_minimal_http_virtual_server() {
+    let c = parse(&format!("{GROUP}{VS}"));
+    let g = &c.adc.groups[0];
+    assert_eq!(g.method, Method::RoundRobin);
+    assert_eq!((g.surge_queue, g.retries, g.pool_max_idle), (1024, 2, 64));
+    assert_eq!(g.servers[0].name, "127.0.0.1:8080");
+    assert_eq!(g.servers[0].weight, 1);
+    assert_eq!(g.servers[0].state, AdminState::Enabled);
+    let v = &c.adc.virtual_servers[0];
+    assert!(v.http2 && v.x_forwarded_for && v.x_forwarded_proto && !v.forwarded);
+    assert_eq!((v.max_header_bytes, v.max_headers), (32 * 1024, 100));
+    assert!(v.rules.is_empty() && v.access_log.is_none());
+    assert_eq!(c.runtime, RuntimeConfig::default());
+}
+
+#[test]
+fn rules_compile_every_condition() {
+    let text = format!(
+        "{GROUP}[[server_group]]\nname = \"img\"\n[[server_group.server]]\naddress = \"127.0.0.1:9000\"\n{VS}\
+         [[virtual_server.rule]]\nname = \"images\"\ngroup = \"img\"\nhost = \"*.Example.com\"\n\
+         path_extension = [\".JPG\", \"gif\"]\nmethod = [\"GET\", \"HEAD\"]\n\
+         header = {{ name = \"X-Beta\", regex = \"^1\" }}\n\
+         [[virtual_server.rule]]\ngroup = \"img\"\npath_regex = \"^/static/[0-9]+\"\npath_prefix = \"/s\"\n"
+    );
+    let c = parse(&text);
+    let rules = &c.adc.virtual_servers[0].rules;
+    assert_eq!(rules[0].name, "images");
+    assert_eq!(rules[1].name, "rule-2");
+    assert_eq!(
+        rules[0].conditions[0],
+        Condition::HostSuffix(".example.com".into())
+    );
+    assert_eq!(
+        rules[0].conditions[1],
+        Condition::PathExtension(vec!["jpg".into(), "gif".into()])
+    );
+    match &rules[0].conditions[3] {
+        Condition::Header {
+            name,
+            value: ValueMatch::Regex(p),
+        } => {
+            assert_eq!(name, "x-beta");
+            assert!(p.0.is_match("12"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(rules[1].conditions[0], Condition::PathPrefix("/s".into()));
+    match &rules[1].conditions[1] {
+        Condition::PathRegex(p) => assert!(p.0.is_match("/static/12/x")),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn unknown_group_points_at_the_reference_and_suggests() {
+    let text = format!(
+        "{GROUP}{}",
+        VS.replace("group = \"web\"", "group = \"webs\"")
+    );
+    assert_err(
+        &text,
+        9,
+        9,
+        &["unknown server group `webs`", "did you mean `web`"],
+    );
+}
+
+#[test]
+fn unknown_monitor_and_method_are_reported_with_suggestions() {
+    let text = GROUP.replace("name = \"web\"\n", "name = \"web\"\nmonitor = \"tpc\"\n");
+    assert_err(&text, 3, 11, &["unknown monitor `tpc`", "no [[monitor]]"]);
+    let text = format!(
+        "[[monitor]]\nname = \"tcp\"\nkind = \"tcp\"\n{}",
+        GROUP.replace("name = \"web\"\n", "name = \"web\"\nmonitor = \"tcpx\"\n")
+    );
+    assert_err(&text, 6, 11, &["did you mean `tcp`"]);
+    let text = GROUP.replace(
+        "name = \"web\"\n",
+        "name = \"web\"\nmethod = \"least-connections\"\n",
+    );
+    assert_err(
+        &text,
+        3,
+        10,
+        &["unknown method", "did you mean `least-connection`"],
+    );
+}
+
+#[test]
+fn a_group_without_servers_is_refused() {
+    assert_err(
+        "[[server_group]]\nname = \"web\"\n",
+        2,
+        8,
+        &["has no servers", "[[server_group.server]]"],
+    );
+}
+
+#[test]
+fn duplicate_listen_addresses_and_names_are_refused() {
+    let text = format!("{GROUP}{VS}{}", VS.replace("front", "back"));
+    assert_err(
+        &text,
+        13,
+        10,
+        &["127.0.0.1:8000 is already used", "`front`"],
+    );
+    let text = format!("{GROUP}{VS}{}", VS.replace("8000", "8001"));
+    assert_err(&text, 11, 8, &["virtual server name `front` is used twice"]);
+    let text = format!("{GROUP}[[server_group.server]]\naddress = \"127.0.0.1:8080\"\n");
+    assert_err(&text, 6, 11, &["appears twice"]);
+}
+
+#[test]
+fn tcp_virtual_servers_refuse_http_options_and_cookie_persistence() {
+    let tcp = VS.replace("\"http\"", "\"tcp\"");
+    assert_err(
+        &format!("{GROUP}{tcp}max_headers = 10\n"),
+        10,
+        15,
+        &["is `tcp`", "max_headers"],
+    );
+    assert_err(
+        &format!("{GROUP}{tcp}[[virtual_server.rule]]\ngroup = \"web\"\npath = \"/\"\n"),
+        11,
+        9,
+        &["content-switching rules need HTTP"],
+    );
+    let cookie = GROUP.replace(
+        "[[server_group.server]]",
+        "[server_group.persistence]\nkind = \"cookie\"\n[[server_group.server]]",
+    );
+    assert_err(
+        &format!("{cookie}{tcp}"),
+        11,
+        9,
+        &["cookie persistence, which needs HTTP"],
+    );
+    // Source-IP persistence behind tcp is fine.
+    let ip = GROUP.replace(
+        "[[server_group.server]]",
+        "[server_group.persistence]\nkind = \"source-ip\"\nmask = 24\n[[server_group.server]]",
+    );
+    let c = parse(&format!("{ip}{tcp}"));
+    assert_eq!(
+        c.adc.groups[0].persistence,
+        Some(Persistence::SourceIp(SourceIpPersistence {
+            mask_v4: 24,
+            mask_v6: 64,
+            timeout: Duration::from_secs(120),
+            capacity: 1_000_000
+        }))
+    );
+}
+
+#[test]
+fn monitor_checks() {
+    assert_err(
+        "[[monitor]]\nname = \"m\"\nkind = \"tcp\"\npath = \"/\"\n",
+        4,
+        8,
+        &["`path` is for HTTP monitors"],
+    );
+    assert_err(
+        "[[monitor]]\nname = \"m\"\nkind = \"http\"\ninterval = \"1s\"\ntimeout = \"2s\"\n",
+        5,
+        11,
+        &["longer than interval"],
+    );
+    assert_err(
+        "[[monitor]]\nname = \"m\"\nkind = \"http\"\nexpect_status = \"600-700\"\n",
+        4,
+        17,
+        &["expect_status"],
+    );
+    assert_err(
+        "[[monitor]]\nname = \"m\"\nkind = \"htp\"\n",
+        3,
+        8,
+        &["did you mean `http`"],
+    );
+    let c = parse("[[monitor]]\nname = \"m\"\nkind = \"http\"\ninterval = \"1s\"\n");
+    assert_eq!(c.adc.monitors[0].timeout, Duration::from_secs(1));
+}
+
+#[test]
+fn header_rules_refuse_framing_headers_and_bad_names() {
+    assert_err(
+        &format!("{GROUP}{VS}[virtual_server.request_headers]\nremove = [\"Transfer-Encoding\"]\n"),
+        10,
+        1,
+        &["managed by the proxy"],
+    );
+    assert_err(
+        &format!("{GROUP}{VS}[virtual_server.response_headers]\nset = {{ \"X Bad\" = \"1\" }}\n"),
+        11,
+        19,
+        &["not a header name"],
+    );
+    let c = parse(&format!(
+        "{GROUP}{VS}[virtual_server.response_headers]\nremove = [\"Server\"]\nadd = {{ \"X-Env\" = \"lab\" }}\n"
+    ));
+    let h = &c.adc.virtual_servers[0].response_headers;
+    assert_eq!(h.remove, vec!["server".to_string()]);
+    assert_eq!(h.add, vec![("x-env".to_string(), "lab".to_string())]);
+}
+
+#[test]
+fn bad_regex_and_empty_rule_are_reported() {
+    assert_err(
+        &format!("{GROUP}{VS}[[virtual_server.rule]]\ngroup = \"web\"\npath_regex = \"(\"\n"),
+        12,
+        14,
+        &["not a valid regular expression"],
+    );
+    assert_err(
+        &format!("{GROUP}{VS}[[virtual_server.rule]]\ngroup = \"web\"\n"),
+        11,
+        9,
+        &["has no condition"],
+    );
+}
+
+#[test]
+fn cookie_same_site_none_needs_secure() {
+    let g = GROUP.replace(
+        "[[server_group.server]]",
+        "[server_group.persistence]\nkind = \"cookie\"\nsame_site = \"none\"\n[[server_group.server]]",
+    );
+    assert_err(&g, 5, 13, &["needs secure = true"]);
+}
+
+#[test]
+fn numbers_out_of_range_name_the_range() {
+    let text = GROUP.replace("address", "weight = 5000\naddress");
+    assert_err(
+        &text,
+        4,
+        10,
+        &["weight 5000 is out of range: use 0 to 1000"],
+    );
+    assert_err("[runtime]\nworkers = 0\n", 2, 11, &["use 1 to 256"]);
+}

@@ -1,0 +1,260 @@
+//! The ADC sections of the file schema: `[runtime]`, `[[monitor]]`, `[[server_group]]` and
+//! `[[virtual_server]]`, as written. `crate::adc` validates them into [`crate::AdcConfig`].
+//!
+//! Every field's doc gives its meaning, unit and default; `docs/config.md` is generated from the
+//! same words (keep them in step).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use headway_core::ByteSize;
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::DurationValue;
+
+/// `[runtime]`: the process's data-plane threads and shutdown.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeSection {
+    /// Worker threads of the data plane (proxy, WAN optimizer), 1–256. Default: one per CPU.
+    pub workers: Option<Spanned<u32>>,
+    /// On SIGTERM/SIGINT, how long established connections and in-flight requests may take to
+    /// finish before they are cut (`"30s"`). Default: `"30s"`.
+    pub shutdown_grace: Option<Spanned<DurationValue>>,
+}
+
+/// `[[monitor]]`: a health check that server groups name in `monitor`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonitorSection {
+    /// The monitor's name, used by `server_group.monitor`: letters, digits, `-`, `_`, `.`.
+    /// Required.
+    pub name: Spanned<String>,
+    /// `"tcp"` (a TCP connect succeeds) or `"http"` (an HTTP/1.1 request gets an expected
+    /// answer). Required.
+    pub kind: Spanned<String>,
+    /// Time between two checks of one server (`"5s"`). Default: `"5s"`.
+    pub interval: Option<Spanned<DurationValue>>,
+    /// How long one check may take before it counts as failed (`"2s"`); at most `interval`.
+    /// Default: `"2s"` or `interval`, whichever is shorter.
+    pub timeout: Option<Spanned<DurationValue>>,
+    /// Consecutive successes that bring a down server up, 1–100. Default: 2.
+    pub rise: Option<Spanned<u32>>,
+    /// Consecutive failures that take an up server down, 1–100. Default: 3.
+    pub fall: Option<Spanned<u32>>,
+    /// HTTP only: the request method. Default: `"GET"`.
+    pub method: Option<Spanned<String>>,
+    /// HTTP only: the request path, starting with `/`. Default: `"/"`.
+    pub path: Option<Spanned<String>>,
+    /// HTTP only: the `Host` header. Default: the server's address.
+    pub host: Option<Spanned<String>>,
+    /// HTTP only: the statuses that count as healthy: `"200-399"`, `"200"`, `"200,204,300-399"`.
+    /// Default: `"200-399"`.
+    pub expect_status: Option<Spanned<String>>,
+    /// HTTP only: a substring the response body must contain (the first 64 KiB are read).
+    /// Default: none (the body is not checked).
+    pub expect_body: Option<Spanned<String>>,
+}
+
+/// `[[server_group]]`: servers that share the load of one or more virtual servers.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerGroupSection {
+    /// The group's name, used by virtual servers and rules: letters, digits, `-`, `_`, `.`.
+    /// Required.
+    pub name: Spanned<String>,
+    /// How a server is chosen: `"round-robin"` (weighted), `"least-connection"`,
+    /// `"least-response-time"`, `"source-ip-hash"`, `"url-hash"`. Default: `"round-robin"`.
+    pub method: Option<Spanned<String>>,
+    /// The `[[monitor]]` that checks the servers. Default: none (servers count as up).
+    pub monitor: Option<Spanned<String>>,
+    /// Requests in flight at once per server, for servers that set no `max_connections` of
+    /// their own; 0 = unlimited. Default: 0.
+    pub max_connections: Option<Spanned<u32>>,
+    /// Requests that may wait when every server is at its limit (the surge queue); 0 = none
+    /// wait (503 at once). Default: 1024.
+    pub surge_queue: Option<Spanned<u32>>,
+    /// How long a request may wait in the surge queue before it gets 503 (`"5s"`). Default:
+    /// `"5s"`.
+    pub queue_timeout: Option<Spanned<DurationValue>>,
+    /// How many times a request is tried again on another server after a connect failure (any
+    /// method) or a reset before any response byte (idempotent methods only), 0–10. Default: 2.
+    pub retries: Option<Spanned<u32>>,
+    /// Time allowed to connect to a server (`"3s"`). Default: `"3s"`.
+    pub connect_timeout: Option<Spanned<DurationValue>>,
+    /// Time allowed between sending a request and the server's response header (`"60s"`).
+    /// Default: `"60s"`.
+    pub response_timeout: Option<Spanned<DurationValue>>,
+    /// Idle keep-alive connections kept per server for reuse across clients; 0 = no reuse.
+    /// Default: 64.
+    pub pool_max_idle: Option<Spanned<u32>>,
+    /// How long an idle pooled connection is kept (`"60s"`). Default: `"60s"`.
+    pub pool_idle_timeout: Option<Spanned<DurationValue>>,
+    /// Session persistence (`[server_group.persistence]`). Default: none.
+    pub persistence: Option<Spanned<PersistenceSection>>,
+    /// The servers (`[[server_group.server]]`); at least one.
+    #[serde(default)]
+    pub server: Vec<ServerSection>,
+}
+
+/// `[server_group.persistence]`: keep a client on the server it was first sent to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PersistenceSection {
+    /// `"cookie"` (an inserted cookie names the server; HTTP only) or `"source-ip"` (the
+    /// client's address, masked). Required.
+    pub kind: Spanned<String>,
+    /// Cookie: its name. Default: `"HWSRV"`.
+    pub cookie: Option<Spanned<String>>,
+    /// Cookie: its `Path`. Default: `"/"`.
+    pub path: Option<Spanned<String>>,
+    /// Cookie: `Max-Age` (`"1h"`); `"0s"` makes a session cookie. Source IP: how long an idle
+    /// entry is kept. Default: cookie `"0s"`, source IP `"2m"`.
+    pub timeout: Option<Spanned<DurationValue>>,
+    /// Cookie: the `Secure` attribute. Default: false.
+    pub secure: Option<bool>,
+    /// Cookie: the `HttpOnly` attribute. Default: true.
+    pub http_only: Option<bool>,
+    /// Cookie: the `SameSite` attribute, `"strict"`, `"lax"` or `"none"` (`"none"` needs
+    /// `secure`). Default: none (not sent).
+    pub same_site: Option<Spanned<String>>,
+    /// Source IP: IPv4 prefix length that groups clients (`24` = one server per /24), 1–32.
+    /// Default: 32.
+    pub mask: Option<Spanned<u8>>,
+    /// Source IP: IPv6 prefix length, 1–128. Default: 64.
+    pub mask_v6: Option<Spanned<u8>>,
+    /// Source IP: most entries kept (oldest dropped first). Default: 1000000.
+    pub capacity: Option<Spanned<u32>>,
+}
+
+/// `[[server_group.server]]`: one server of the group.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    /// The server's socket address, `"10.0.0.5:80"` or `"[2001:db8::5]:80"`. Required.
+    pub address: Spanned<String>,
+    /// Its name in the admin API, metrics and logs: letters, digits, `-`, `_`, `.`, `:`, `[`,
+    /// `]`; unique in the group. Default: the address.
+    pub name: Option<Spanned<String>>,
+    /// Share of new clients relative to the others, 0–1000 (0 = only when every other server
+    /// has weight 0 too). Default: 1.
+    pub weight: Option<Spanned<u32>>,
+    /// Requests in flight at once to this server; 0 = unlimited. Default: the group's
+    /// `max_connections`.
+    pub max_connections: Option<Spanned<u32>>,
+    /// A backup server gets requests only when every primary server is down. Default: false.
+    pub backup: Option<bool>,
+    /// The administrative state at start: `"enabled"`, `"disabled"` (no requests) or
+    /// `"draining"` (no new clients; persistent sessions and in-flight requests finish).
+    /// Default: `"enabled"`.
+    pub state: Option<Spanned<String>>,
+}
+
+/// `[[virtual_server]]`: a listener that takes clients and sends them to server groups.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VirtualServerSection {
+    /// The virtual server's name in the admin API, metrics and logs. Required.
+    pub name: Spanned<String>,
+    /// `"http"` (HTTP/1.1 and HTTP/2 with prior knowledge, layer 7) or `"tcp"` (bytes both ways,
+    /// layer 4). Required.
+    pub kind: Spanned<String>,
+    /// The TCP socket address to listen on (`"0.0.0.0:80"`). Required.
+    pub listen: Spanned<String>,
+    /// The default server group (for requests no rule matches). Required.
+    pub group: Spanned<String>,
+    /// Close a client connection idle for this long (between requests, or without bytes in
+    /// either direction for `tcp`) (`"180s"`). Default: `"180s"`.
+    pub client_idle_timeout: Option<Spanned<DurationValue>>,
+    /// HTTP: time allowed to receive a whole request header (`"10s"`). Default: `"10s"`.
+    pub request_header_timeout: Option<Spanned<DurationValue>>,
+    /// HTTP: the largest request header, in bytes (`"32KiB"`); larger gets 431. Default:
+    /// `"32KiB"`.
+    pub max_header_bytes: Option<Spanned<ByteSize>>,
+    /// HTTP: the most header fields in a request, 1–1000; more gets 431. Default: 100.
+    pub max_headers: Option<Spanned<u32>>,
+    /// Connections open at once from one client address; 0 = unlimited. Default: 0.
+    pub max_connections_per_client: Option<Spanned<u32>>,
+    /// New connections (`tcp`) or requests (`http`) per second from one client address; 0 =
+    /// unlimited. Default: 0.
+    pub rate_per_client: Option<Spanned<u32>>,
+    /// HTTP: accept HTTP/2 with prior knowledge (cleartext) beside HTTP/1.1. Default: true.
+    pub http2: Option<bool>,
+    /// HTTP: append the client's address to `X-Forwarded-For`. Default: true.
+    pub x_forwarded_for: Option<bool>,
+    /// HTTP: set `X-Forwarded-Proto` (`http`). Default: true.
+    pub x_forwarded_proto: Option<bool>,
+    /// HTTP: append an RFC 7239 `Forwarded` element (`for=…;proto=…;host=…`). Default: false.
+    pub forwarded: Option<bool>,
+    /// HTTP: header rules applied to requests before they go to a server.
+    pub request_headers: Option<Spanned<HeaderRulesSection>>,
+    /// HTTP: header rules applied to responses before they go to the client.
+    pub response_headers: Option<Spanned<HeaderRulesSection>>,
+    /// Where the access log goes: a file path (relative to the config file), or `"-"` for
+    /// standard output. Default: none (no access log).
+    pub access_log: Option<Spanned<PathBuf>>,
+    /// The access log's format: `"combined"` (Apache/NGINX combined log format) or `"json"`
+    /// (one object per line). Default: `"combined"`.
+    pub access_log_format: Option<Spanned<String>>,
+    /// HTTP: content-switching rules (`[[virtual_server.rule]]`), first match wins. Default:
+    /// none (every request goes to `group`).
+    #[serde(default)]
+    pub rule: Vec<RuleSection>,
+}
+
+/// `[virtual_server.request_headers]` / `[virtual_server.response_headers]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderRulesSection {
+    /// Header names to remove (case-insensitive). Default: none.
+    #[serde(default)]
+    pub remove: Vec<Spanned<String>>,
+    /// Headers to set, replacing any of the same name: `{ "X-Env" = "lab" }`. Default: none.
+    #[serde(default)]
+    pub set: BTreeMap<String, Spanned<String>>,
+    /// Headers to add beside any of the same name. Default: none.
+    #[serde(default)]
+    pub add: BTreeMap<String, Spanned<String>>,
+}
+
+/// `[[virtual_server.rule]]`: requests matching every condition given go to `group`. At least
+/// one condition is required.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleSection {
+    /// The rule's name in metrics and logs. Default: `rule-N` (N counts from 1 in file order).
+    pub name: Option<Spanned<String>>,
+    /// The server group matching requests go to. Required.
+    pub group: Spanned<String>,
+    /// Host (port ignored, case-insensitive): `"www.example.com"` or `"*.example.com"`.
+    pub host: Option<Spanned<String>>,
+    /// The path (before `?`) equals this.
+    pub path: Option<Spanned<String>>,
+    /// The path starts with this.
+    pub path_prefix: Option<Spanned<String>>,
+    /// The path contains this (as NetScaler's `URL CONTAINS`).
+    pub path_contains: Option<Spanned<String>>,
+    /// The path matches this regular expression (Rust `regex` syntax, unanchored).
+    pub path_regex: Option<Spanned<String>>,
+    /// The path's extension is one of these, case-insensitive, without the dot (`["jpg",
+    /// "gif"]`).
+    pub path_extension: Option<Spanned<Vec<String>>>,
+    /// The method is one of these (`["GET", "HEAD"]`).
+    pub method: Option<Spanned<Vec<String>>>,
+    /// A header is present (`{ name = "X-Beta" }`), equals a value (`value = "1"`), or matches a
+    /// regular expression (`regex = "^1"`).
+    pub header: Option<Spanned<HeaderMatchSection>>,
+}
+
+/// A rule's header condition.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderMatchSection {
+    /// The header's name (case-insensitive). Required.
+    pub name: Spanned<String>,
+    /// The value equals this (exactly). Default: any value.
+    pub value: Option<Spanned<String>>,
+    /// The value matches this regular expression. Not together with `value`.
+    pub regex: Option<Spanned<String>>,
+}

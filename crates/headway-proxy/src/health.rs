@@ -1,0 +1,109 @@
+//! Health monitors: background tasks that check each server of a group and publish its
+//! health in its [`ServerState`].
+//!
+//! One task per (group, server) with a monitor, started with a config generation and stopped
+//! when the next one replaces it (the `stop` signal). A check is a TCP connect, or an HTTP/1.1
+//! request whose status and first 64 KiB of body are judged by the monitor's
+//! [`headway_lb::health::HttpExpect`]; each result feeds the server's rise/fall state machine
+//! ([`ServerState::record_check`]). The first check runs at once, the next after `interval`.
+//! Transitions are logged at `warn` (down) and `info` (up).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use headway_config::adc::{HttpMonitor, Monitor, MonitorKind};
+use headway_lb::health::Health;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use crate::group::ServerState;
+
+/// Most body bytes an HTTP check reads.
+const BODY_LIMIT: usize = 64 * 1024;
+
+/// Starts the monitor of one server; it runs until `stop` changes or is dropped.
+pub fn spawn(
+    monitor: Monitor,
+    group: String,
+    server: String,
+    state: Arc<ServerState>,
+    mut stop: watch::Receiver<()>,
+) {
+    tokio::spawn(async move {
+        loop {
+            let result =
+                tokio::time::timeout(monitor.timeout, check(&monitor.kind, state.address)).await;
+            let outcome = match result {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(why)) => Err(why),
+                Err(_) => Err("timed out".to_string()),
+            };
+            if let Some(h) = state.record_check(outcome.is_ok(), monitor.rise, monitor.fall) {
+                match h {
+                    Health::Down => tracing::warn!(
+                        group = %group, server = %server, monitor = %monitor.name,
+                        reason = %outcome.as_ref().err().map_or("", String::as_str),
+                        "server is down"
+                    ),
+                    Health::Up => tracing::info!(
+                        group = %group, server = %server, monitor = %monitor.name,
+                        "server is up"
+                    ),
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(monitor.interval) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    });
+}
+
+/// One check; `Err` says why it failed.
+async fn check(kind: &MonitorKind, addr: SocketAddr) -> Result<(), String> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    match kind {
+        MonitorKind::Http(h) => http_check(h, addr, stream).await,
+        _ => Ok(()),
+    }
+}
+
+async fn http_check(h: &HttpMonitor, addr: SocketAddr, stream: TcpStream) -> Result<(), String> {
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    let conn = tokio::spawn(conn);
+    let host = h.host.clone().unwrap_or_else(|| addr.to_string());
+    let req = http::Request::builder()
+        .method(h.method.as_str())
+        .uri(h.path.as_str())
+        .header(http::header::HOST, host)
+        .header(http::header::USER_AGENT, "headway-monitor")
+        .header(http::header::CONNECTION, "close")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| format!("request: {e}"))?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| format!("request: {e}"))?;
+    let status = resp.status().as_u16();
+    let body = if h.expect.body_contains.is_some() {
+        match Limited::new(resp.into_body(), BODY_LIMIT).collect().await {
+            Ok(b) => b.to_bytes(),
+            // A body over the limit: judge the part the limit let through is not possible
+            // with `Limited`, so treat it as not containing the text.
+            Err(e) => return Err(format!("body: {e}")),
+        }
+    } else {
+        Bytes::new()
+    };
+    conn.abort();
+    h.expect
+        .check(status, &body)
+        .map_err(|e| format!("{e} (status {status})"))
+}

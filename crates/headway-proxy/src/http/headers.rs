@@ -1,0 +1,242 @@
+//! Header handling on the L7 path: hop-by-hop fields (RFC 9110 §7.6.1), the forwarding
+//! headers (`X-Forwarded-For`, `X-Forwarded-Proto`, RFC 7239 `Forwarded`), and the virtual
+//! server's own header rules, precompiled.
+
+use std::net::IpAddr;
+
+use headway_config::adc::HeaderRules;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+/// Fields that describe one connection, never forwarded (RFC 9110 §7.6.1, plus the
+/// non-standard `Keep-Alive` and `Proxy-Connection`).
+const HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+];
+
+/// Removes the hop-by-hop fields, including those the `Connection` field names. Returns
+/// whether `Connection` asked to close.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) -> bool {
+    let mut close = false;
+    if headers.contains_key(header::CONNECTION) {
+        let named: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| {
+                let t = t.trim();
+                if t.eq_ignore_ascii_case("close") {
+                    close = true;
+                }
+                HeaderName::from_bytes(t.as_bytes()).ok()
+            })
+            .collect();
+        for n in named {
+            headers.remove(n);
+        }
+    }
+    for h in &HOP_BY_HOP {
+        if headers.contains_key(h) {
+            headers.remove(h);
+        }
+    }
+    close
+}
+
+/// What a request says about its client for the forwarding headers.
+#[derive(Debug, Clone, Copy)]
+pub struct Forwarding {
+    /// Append the client to `X-Forwarded-For`.
+    pub xff: bool,
+    /// Set `X-Forwarded-Proto`.
+    pub xfp: bool,
+    /// Append a `Forwarded` element.
+    pub forwarded: bool,
+}
+
+/// Adds the forwarding headers for a request from `client` received over `proto` for `host`.
+pub fn add_forwarding(
+    headers: &mut HeaderMap,
+    f: Forwarding,
+    client: IpAddr,
+    proto: &'static str,
+    host: Option<&str>,
+) {
+    let client = match client {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(client, IpAddr::V4),
+        v4 => v4,
+    };
+    if f.xff {
+        let ip = client.to_string();
+        // Several XFF fields are one list (RFC 9110 §5.3): join them, then append.
+        let joined = join(headers, &X_FORWARDED_FOR, &ip);
+        if let Ok(v) = HeaderValue::from_str(&joined) {
+            headers.insert(X_FORWARDED_FOR.clone(), v);
+        }
+    }
+    if f.xfp {
+        headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
+    }
+    if f.forwarded {
+        // RFC 7239 §6: an IPv6 node is quoted and bracketed.
+        let node = match client {
+            IpAddr::V4(a) => a.to_string(),
+            IpAddr::V6(a) => format!("\"[{a}]\""),
+        };
+        let mut element = format!("for={node};proto={proto}");
+        if let Some(h) = host.filter(|h| h.bytes().all(|b| b.is_ascii_graphic() && b != b'"')) {
+            element.push_str(&format!(";host=\"{h}\""));
+        }
+        let joined = join(headers, &header::FORWARDED, &element);
+        if let Ok(v) = HeaderValue::from_str(&joined) {
+            headers.insert(header::FORWARDED, v);
+        }
+    }
+}
+
+fn join(headers: &HeaderMap, name: &HeaderName, last: &str) -> String {
+    let mut out = String::new();
+    for v in headers.get_all(name).iter() {
+        if let Ok(s) = v.to_str() {
+            if !s.trim().is_empty() {
+                out.push_str(s.trim());
+                out.push_str(", ");
+            }
+        }
+    }
+    out.push_str(last);
+    out
+}
+
+/// `X-Forwarded-For`.
+pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+/// `X-Forwarded-Proto`.
+pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
+/// A virtual server's header rules, compiled.
+#[derive(Debug, Clone, Default)]
+pub struct Rules {
+    remove: Vec<HeaderName>,
+    set: Vec<(HeaderName, HeaderValue)>,
+    add: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Rules {
+    /// Compiles validated rules (names and values were checked by the config).
+    pub fn new(r: &HeaderRules) -> Self {
+        let name = |n: &str| HeaderName::from_bytes(n.as_bytes()).ok();
+        let pair = |(n, v): &(String, String)| Some((name(n)?, HeaderValue::from_str(v).ok()?));
+        Rules {
+            remove: r.remove.iter().filter_map(|n| name(n)).collect(),
+            set: r.set.iter().filter_map(pair).collect(),
+            add: r.add.iter().filter_map(pair).collect(),
+        }
+    }
+
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.remove.is_empty() && self.set.is_empty() && self.add.is_empty()
+    }
+
+    /// Removes, then sets, then adds.
+    pub fn apply(&self, headers: &mut HeaderMap) {
+        for n in &self.remove {
+            headers.remove(n);
+        }
+        for (n, v) in &self.set {
+            headers.insert(n.clone(), v.clone());
+        }
+        for (n, v) in &self.add {
+            headers.append(n.clone(), v.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        for (k, v) in pairs {
+            m.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        m
+    }
+
+    #[test]
+    fn hop_by_hop_and_connection_named_fields_go() {
+        let mut h = map(&[
+            ("connection", "close, X-Secret"),
+            ("x-secret", "1"),
+            ("keep-alive", "timeout=5"),
+            ("transfer-encoding", "chunked"),
+            ("x-keep", "1"),
+        ]);
+        assert!(strip_hop_by_hop(&mut h));
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-keep"));
+    }
+
+    #[test]
+    fn forwarding_headers_append_to_existing_lists() {
+        let mut h = map(&[
+            ("x-forwarded-for", "1.1.1.1"),
+            ("x-forwarded-for", "2.2.2.2"),
+        ]);
+        add_forwarding(
+            &mut h,
+            Forwarding {
+                xff: true,
+                xfp: true,
+                forwarded: true,
+            },
+            "::ffff:10.0.0.9".parse().unwrap(),
+            "http",
+            Some("www.example"),
+        );
+        assert_eq!(h["x-forwarded-for"], "1.1.1.1, 2.2.2.2, 10.0.0.9");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(
+            h["forwarded"],
+            "for=10.0.0.9;proto=http;host=\"www.example\""
+        );
+        let mut h = HeaderMap::new();
+        add_forwarding(
+            &mut h,
+            Forwarding {
+                xff: false,
+                xfp: false,
+                forwarded: true,
+            },
+            "2001:db8::1".parse().unwrap(),
+            "http",
+            None,
+        );
+        assert_eq!(h["forwarded"], "for=\"[2001:db8::1]\";proto=http");
+        assert!(!h.contains_key("x-forwarded-for"));
+    }
+
+    #[test]
+    fn rules_remove_then_set_then_add() {
+        let r = Rules::new(&HeaderRules {
+            remove: vec!["server".into()],
+            set: vec![("x-env".into(), "lab".into())],
+            add: vec![("x-tag".into(), "b".into())],
+        });
+        let mut h = map(&[("server", "x"), ("x-env", "prod"), ("x-tag", "a")]);
+        r.apply(&mut h);
+        assert!(!h.contains_key("server"));
+        assert_eq!(h["x-env"], "lab");
+        assert_eq!(h.get_all("x-tag").iter().count(), 2);
+    }
+}

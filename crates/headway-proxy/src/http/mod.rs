@@ -1,0 +1,868 @@
+//! The L7 path: an HTTP virtual server's client connections and the request phases.
+//!
+//! ```text
+//!  client conn ──▶ Guarded (framing check, activity) ──▶ hyper auto (HTTP/1.1 keep-alive and
+//!                                                        pipelining, HTTP/2 prior knowledge)
+//!  per request:
+//!   1 admit     framing verdict (400 + close) · per-client rate (429)
+//!   2 route     content-switching rules → server group
+//!   3 select    persistence (cookie / source IP) → method → limits → surge queue (503)
+//!   4 upstream  pooled keep-alive connection · send · response header within the timeout
+//!               retry elsewhere on connect failure (any method) or a reset before any
+//!               response byte (idempotent, bodiless requests), up to `retries` (502/503/504)
+//!   5 respond   hop-by-hop fields out · response header rules · persistence cookie
+//!   6 finish    at the end of the response body: connection back to the pool, slot released,
+//!               counters, access log ([`body::Exchange`])
+//! ```
+//!
+//! Each phase returns a [`Flow`]: go on, or answer now. Nothing here blocks; the body streams
+//! both ways without being buffered whole.
+
+pub mod access_log;
+pub mod body;
+pub mod framing;
+pub mod headers;
+pub mod route;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use headway_config::adc::VirtualServer;
+use headway_core::SystemClock;
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Version};
+use hyper::body::{Body as _, Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use crate::group::{Affinity, Group, Lease, Unavailable};
+use crate::limits::ClientLimits;
+use crate::pool::ConnectError;
+use crate::stats::VirtualServerCounters;
+use access_log::{Entry, Logger};
+use body::{Exchange, ReqBody, RespBody};
+use framing::{FramingChecker, Guarded, Verdict};
+use headers::{Forwarding, Rules};
+use route::Router;
+
+/// A virtual server's state that lasts across reloads (by name).
+#[derive(Debug, Default)]
+pub struct VsShared {
+    /// Counters.
+    pub counters: Arc<VirtualServerCounters>,
+    /// Per-client limits.
+    pub limits: Arc<ClientLimits>,
+}
+
+/// A virtual server in one config generation (HTTP or TCP).
+#[derive(Debug)]
+pub struct VsRuntime {
+    /// The configuration.
+    pub config: VirtualServer,
+    /// Rules and groups.
+    pub router: Router<Arc<Group>>,
+    /// Lasting state.
+    pub shared: Arc<VsShared>,
+    /// The access log, if any.
+    pub log: Option<Arc<Logger>>,
+    request_rules: Rules,
+    response_rules: Rules,
+}
+
+impl VsRuntime {
+    /// Assembles a virtual server.
+    pub fn new(
+        config: VirtualServer,
+        router: Router<Arc<Group>>,
+        shared: Arc<VsShared>,
+        log: Option<Arc<Logger>>,
+    ) -> Self {
+        shared
+            .limits
+            .configure(config.max_connections_per_client, config.rate_per_client);
+        VsRuntime {
+            request_rules: Rules::new(&config.request_headers),
+            response_rules: Rules::new(&config.response_headers),
+            config,
+            router,
+            shared,
+            log,
+        }
+    }
+}
+
+/// The current virtual server of a listener; swapped on reload, read per request.
+#[derive(Debug)]
+pub struct Slot {
+    /// The virtual server.
+    pub vs: arc_swap::ArcSwap<VsRuntime>,
+}
+
+/// A client connection's activity, for the idle and header timeouts.
+#[derive(Debug)]
+pub struct ConnActivity {
+    base: Instant,
+    /// Milliseconds since `base` of the last read or write.
+    last_io: AtomicU64,
+    /// Milliseconds since `base` + 1 when a request head started arriving; 0 when none is.
+    head_since: AtomicU64,
+    /// Exchanges in flight.
+    inflight: AtomicU32,
+    /// Close lingering: the connection ends on an error answer, and the client may still be
+    /// sending (see [`ClientIo`]'s drop).
+    linger: std::sync::atomic::AtomicBool,
+}
+
+impl ConnActivity {
+    fn new() -> Self {
+        ConnActivity {
+            base: SystemClock::now(),
+            last_io: AtomicU64::new(0),
+            head_since: AtomicU64::new(0),
+            inflight: AtomicU32::new(0),
+            linger: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Asks for a lingering close when the connection ends.
+    pub fn linger(&self) {
+        self.linger.store(true, Relaxed);
+    }
+
+    fn now_ms(&self) -> u64 {
+        SystemClock::now()
+            .saturating_duration_since(self.base)
+            .as_millis() as u64
+    }
+
+    /// Notes a read or write.
+    pub fn touch(&self) {
+        self.last_io.store(self.now_ms(), Relaxed);
+    }
+
+    fn head(&self, partial: bool) {
+        if partial {
+            if self.head_since.load(Relaxed) == 0 {
+                self.head_since.store(self.now_ms() + 1, Relaxed);
+            }
+        } else {
+            self.head_since.store(0, Relaxed);
+        }
+    }
+
+    /// An exchange ended.
+    pub fn exchange_done(&self) {
+        self.inflight.fetch_sub(1, Relaxed);
+        self.touch();
+    }
+
+    /// Why the connection should close now, if it should; else when to look again.
+    fn check(&self, idle: Duration, header: Duration) -> Result<Duration, &'static str> {
+        let now = self.now_ms();
+        let idle_ms = idle.as_millis() as u64;
+        let header_ms = header.as_millis() as u64;
+        let mut next = idle_ms;
+        let since = self.head_since.load(Relaxed);
+        if since != 0 {
+            let started = since - 1;
+            if now >= started + header_ms {
+                return Err("request header timeout");
+            }
+            next = next.min(started + header_ms - now);
+        }
+        if self.inflight.load(Relaxed) == 0 {
+            let last = self.last_io.load(Relaxed);
+            if now >= last + idle_ms {
+                return Err("idle");
+            }
+            next = next.min(last + idle_ms - now);
+        }
+        Ok(Duration::from_millis(next.max(10)))
+    }
+}
+
+/// The client stream: framing checks and activity on every read, activity on every write.
+///
+/// When the connection ends after an error answer (400, 431, a parse error) the client may
+/// have sent more than was read; closing a socket with unread data makes the kernel send a
+/// reset, which can destroy the answer before the client reads it. So such a connection is
+/// closed *lingering*: writing is shut down and what the client still sends is read and
+/// dropped for a short while (bounded in time and bytes), as HTTP servers do (RFC 9112 §9.6).
+struct ClientIo {
+    inner: Option<Guarded<TcpStream>>,
+    activity: Arc<ConnActivity>,
+    verdict: Arc<Verdict>,
+}
+
+impl Drop for ClientIo {
+    fn drop(&mut self) {
+        // A request the framing check hid from hyper is answered here, after hyper wrote the
+        // responses of the requests before it.
+        let refused = self.verdict.unanswered();
+        if refused.is_some() || self.activity.linger.load(Relaxed) {
+            if let Some(g) = self.inner.take() {
+                tokio::spawn(linger(g.into_inner(), refused));
+            }
+        }
+    }
+}
+
+/// Answers `refused` (if any) with 400 and `Connection: close`, then reads and drops what the
+/// client still sends, for at most 2 s or 256 KiB, then closes.
+async fn linger(mut s: TcpStream, refused: Option<framing::Violation>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if let Some(v) = refused {
+        let body = format!("{}\n", v.message());
+        let status = StatusCode::from_u16(v.status()).unwrap_or(StatusCode::BAD_REQUEST);
+        let head = format!(
+            "HTTP/1.1 {} {}\r\ncontent-type: text/plain; charset=utf-8\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or(""),
+            body.len()
+        );
+        let _ = tokio::time::timeout(
+            Duration::from_secs(2),
+            s.write_all(format!("{head}{body}").as_bytes()),
+        )
+        .await;
+    }
+    let _ = s.shutdown().await;
+    let mut buf = [0u8; 16 * 1024];
+    let mut left: usize = 256 * 1024;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while left > 0 {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => left = left.saturating_sub(n),
+            _ => return,
+        }
+    }
+}
+
+impl ClientIo {
+    fn stream(&mut self) -> &mut Guarded<TcpStream> {
+        self.inner.as_mut().expect("taken only on drop")
+    }
+}
+
+impl tokio::io::AsyncRead for ClientIo {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let me = &mut *self;
+        let r = std::pin::Pin::new(me.stream()).poll_read(cx, buf);
+        if r.is_ready() {
+            me.activity.touch();
+            let partial = me.stream().in_head();
+            me.activity.head(partial);
+        }
+        r
+    }
+}
+
+impl tokio::io::AsyncWrite for ClientIo {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(self.stream()).poll_write(cx, buf);
+        if r.is_ready() {
+            self.activity.touch();
+        }
+        r
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(self.stream()).poll_write_vectored(cx, bufs);
+        if r.is_ready() {
+            self.activity.touch();
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.as_ref().is_some_and(|s| s.is_write_vectored())
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(self.stream()).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        // Keep the stream writable for the answer to a refused request (see `Drop`).
+        if self.verdict.unanswered().is_some() {
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(self.stream()).poll_shutdown(cx)
+    }
+}
+
+/// One client connection's context, shared by its requests.
+struct Conn {
+    peer: SocketAddr,
+    slot: Arc<Slot>,
+    verdict: Arc<Verdict>,
+    requests: AtomicU64,
+    activity: Arc<ConnActivity>,
+}
+
+/// Serves one accepted HTTP client connection until it ends, it idles out, or `drain` turns
+/// true (then in-flight requests finish and the connection closes).
+pub async fn serve_connection(
+    slot: Arc<Slot>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    drain: watch::Receiver<bool>,
+) {
+    let vs = slot.vs.load_full();
+    let cfg = &vs.config;
+    let _ = stream.set_nodelay(true);
+    let verdict = Arc::new(Verdict::default());
+    let activity = Arc::new(ConnActivity::new());
+    let io = ClientIo {
+        inner: Some(Guarded::new(
+            stream,
+            FramingChecker::new(cfg.max_header_bytes, cfg.max_headers),
+            verdict.clone(),
+        )),
+        activity: activity.clone(),
+        verdict: verdict.clone(),
+    };
+    let conn = Arc::new(Conn {
+        peer,
+        slot: slot.clone(),
+        verdict,
+        requests: AtomicU64::new(0),
+        activity: activity.clone(),
+    });
+    let service = hyper::service::service_fn(move |req| {
+        let conn = conn.clone();
+        async move { Ok::<_, Infallible>(handle(conn, req).await) }
+    });
+    let idle = cfg.client_idle_timeout;
+    let header = cfg.request_header_timeout;
+    let h2 = cfg.http2 && is_h2_preface(io.inner.as_ref().expect("new"), header).await;
+    if h2 {
+        let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        b.timer(TokioTimer::new())
+            .max_header_list_size(u32::try_from(cfg.max_header_bytes).unwrap_or(u32::MAX))
+            .max_concurrent_streams(256);
+        drop(vs);
+        let c = b.serve_connection(TokioIo::new(io), service);
+        drive(c, peer, drain, &activity, idle, header).await;
+    } else {
+        let mut b = hyper::server::conn::http1::Builder::new();
+        b.timer(TokioTimer::new())
+            .header_read_timeout(None)
+            // A client that half-closes after its requests still gets the answers (and the
+            // framing check ends the stream that way before a refused request).
+            .half_close(true)
+            .keep_alive(true)
+            .pipeline_flush(true)
+            .max_buf_size(cfg.max_header_bytes.max(8192) + 8192)
+            .max_header_size(cfg.max_header_bytes);
+        if cfg.max_headers != 100 {
+            b.max_headers(cfg.max_headers);
+        }
+        drop(vs);
+        let c = b.serve_connection(TokioIo::new(io), service);
+        drive(c, peer, drain, &activity, idle, header).await;
+    }
+}
+
+/// Whether the client starts with the HTTP/2 connection preface (RFC 9113 §3.4). Peeks, so
+/// nothing is consumed; waits at most `limit` for the first 24 bytes.
+async fn is_h2_preface(stream: &Guarded<TcpStream>, limit: Duration) -> bool {
+    const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut buf = [0u8; 24];
+    loop {
+        let n = match tokio::time::timeout_at(deadline, stream.get_ref().peek(&mut buf)).await {
+            Ok(Ok(n)) => n,
+            _ => return false,
+        };
+        if n == 0 || buf[..n] != PREFACE[..n] {
+            return false;
+        }
+        if n == PREFACE.len() {
+            return true;
+        }
+        // A prefix of the preface so far: wait for the rest (clients send it in one write,
+        // so this is rare).
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// A hyper server connection that can be asked to finish gracefully.
+trait GracefulConn: std::future::Future<Output = Result<(), hyper::Error>> {
+    fn graceful(self: std::pin::Pin<&mut Self>);
+}
+
+impl<I, S> GracefulConn for hyper::server::conn::http1::Connection<I, S>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    S: hyper::service::HttpService<Incoming, ResBody = RespBody>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn graceful(self: std::pin::Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+impl<I, S> GracefulConn for hyper::server::conn::http2::Connection<I, S, TokioExecutor>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: hyper::service::HttpService<Incoming, ResBody = RespBody>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S::Future: Send + 'static,
+{
+    fn graceful(self: std::pin::Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+/// Runs a connection to its end, with the idle and header timeouts and the drain signal.
+async fn drive<C: GracefulConn>(
+    c: C,
+    peer: SocketAddr,
+    mut drain: watch::Receiver<bool>,
+    activity: &ConnActivity,
+    idle: Duration,
+    header: Duration,
+) {
+    tokio::pin!(c);
+    let mut draining = *drain.borrow();
+    if draining {
+        c.as_mut().graceful();
+    }
+    let mut wait = Duration::from_millis(10);
+    loop {
+        tokio::select! {
+            r = c.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(client = %peer, error = %e, "client connection ended with an error");
+                    activity.linger();
+                }
+                return;
+            }
+            r = drain.changed(), if !draining => {
+                if r.is_err() || *drain.borrow() {
+                    draining = true;
+                    c.as_mut().graceful();
+                }
+            }
+            _ = tokio::time::sleep(wait) => {
+                match activity.check(idle, header) {
+                    Ok(next) => wait = next,
+                    Err("idle") if !draining => {
+                        draining = true;
+                        c.as_mut().graceful();
+                        wait = Duration::from_secs(1);
+                    }
+                    Err(why) => {
+                        tracing::debug!(client = %peer, reason = why, "closing client connection");
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What a phase decided. (Moved once per phase; boxing the response would cost an
+/// allocation per request for nothing.)
+#[allow(clippy::large_enum_variant)]
+enum Flow<T> {
+    /// Go on with this.
+    Continue(T),
+    /// Answer the client now.
+    Respond(Response<RespBody>),
+}
+
+/// A locally made response (error pages).
+fn local(status: StatusCode, text: &str, close: bool) -> Response<RespBody> {
+    let mut r = Response::new(RespBody::full(Bytes::from(format!("{text}\n")), None));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if close {
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
+        h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    r
+}
+
+/// Methods whose requests may be sent twice (RFC 9110 §9.2.2).
+fn idempotent(m: &Method) -> bool {
+    matches!(
+        *m,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+fn version_name(v: Version) -> &'static str {
+    match v {
+        Version::HTTP_09 => "HTTP/0.9",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_2 => "HTTP/2.0",
+        Version::HTTP_3 => "HTTP/3.0",
+        _ => "HTTP/1.1",
+    }
+}
+
+async fn handle(conn: Arc<Conn>, req: Request<Incoming>) -> Response<RespBody> {
+    let n = conn.requests.fetch_add(1, Relaxed) + 1;
+    let vs = conn.slot.vs.load_full();
+    let counters = vs.shared.counters.clone();
+    counters.requests.inc();
+    conn.activity.inflight.fetch_add(1, Relaxed);
+    let started = SystemClock::now();
+    let (parts, body) = req.into_parts();
+    let mut log = vs.log.as_ref().map(|l| {
+        let h = |n: header::HeaderName| {
+            parts
+                .headers
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string()
+        };
+        (
+            l.clone(),
+            Entry {
+                time: Some(headway_core::clock::wall_clock()),
+                client: Some(conn.peer.ip()),
+                virtual_server: vs.config.name.clone(),
+                method: parts.method.to_string(),
+                uri: parts
+                    .uri
+                    .path_and_query()
+                    .map_or("/".to_string(), |p| p.to_string()),
+                version: version_name(parts.version).to_string(),
+                host: route::host_of(&parts).unwrap_or_default(),
+                referer: h(header::REFERER),
+                user_agent: h(header::USER_AGENT),
+                ..Entry::default()
+            },
+        )
+    });
+    let resp = match phases(&conn, &vs, n, parts, body, started, &mut log).await {
+        Flow::Respond(r) | Flow::Continue(r) => r,
+    };
+    counters.responses.record(resp.status().as_u16());
+    // A response made here carries no exchange: end the request's accounting now.
+    if let Some((logger, mut e)) = log {
+        e.status = resp.status().as_u16();
+        e.duration = SystemClock::now().saturating_duration_since(started);
+        e.bytes = resp.body().size_hint().exact().unwrap_or(0);
+        e.complete = true;
+        logger.write(e);
+    }
+    resp
+}
+
+/// The phases of one request; a response made here ends the exchange at once, a response from
+/// a server carries its [`Exchange`] (which takes `log`).
+async fn phases(
+    conn: &Arc<Conn>,
+    vs: &Arc<VsRuntime>,
+    n: u64,
+    parts: http::request::Parts,
+    body: Incoming,
+    started: Instant,
+    log: &mut Option<(Arc<Logger>, Entry)>,
+) -> Flow<Response<RespBody>> {
+    let local_end = |r: Response<RespBody>| {
+        conn.activity.exchange_done();
+        Flow::Respond(r)
+    };
+    // 1 admit
+    if parts.version != Version::HTTP_2 {
+        if let Some(v) = conn.verdict.of_request(n) {
+            vs.shared.counters.bad_requests.inc();
+            conn.verdict.answered();
+            conn.activity.linger();
+            tracing::debug!(client = %conn.peer, violation = ?v, "refused an ambiguous request");
+            let status = StatusCode::from_u16(v.status()).unwrap_or(StatusCode::BAD_REQUEST);
+            return local_end(local(status, v.message(), true));
+        }
+    }
+    if parts.method == Method::CONNECT || parts.headers.contains_key(header::UPGRADE) {
+        vs.shared.counters.bad_requests.inc();
+        return local_end(local(
+            StatusCode::NOT_IMPLEMENTED,
+            "CONNECT and protocol upgrades are not supported by this virtual server",
+            false,
+        ));
+    }
+    if !vs.shared.limits.admit_request(conn.peer.ip()) {
+        vs.shared.counters.rate_limited.inc();
+        return local_end(local(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many requests from this address",
+            false,
+        ));
+    }
+    // 2 route
+    let (group, _rule) = vs.router.route(&parts);
+    let group = group.clone();
+    if let Some((_, e)) = log.as_mut() {
+        e.group = group.config.name.clone();
+    }
+    // 3 + 4 select and upstream, with retries
+    let cookie = group.cookie_spec().and_then(|spec| {
+        parts
+            .headers
+            .get_all(header::COOKIE)
+            .iter()
+            .find_map(|v| spec.find_in(v.as_bytes()).map(<[u8]>::to_vec))
+    });
+    match upstream(conn, vs, &group, parts, body, cookie.as_deref()).await {
+        Flow::Respond(r) => local_end(r),
+        Flow::Continue((resp, lease, sender, reusable)) => {
+            // 5 respond
+            let (mut rparts, rbody) = resp.into_parts();
+            let close = headers::strip_hop_by_hop(&mut rparts.headers);
+            vs.response_rules.apply(&mut rparts.headers);
+            if let Some(value) = group.cookie_value(lease.index) {
+                if cookie.as_deref() != Some(value.as_bytes()) {
+                    if let Some(sc) = group.set_cookie(lease.index) {
+                        if let Ok(v) = HeaderValue::from_str(&sc) {
+                            rparts.headers.append(header::SET_COOKIE, v);
+                        }
+                    }
+                }
+            }
+            let status = rparts.status.as_u16();
+            lease.server.counters.responses.record(status);
+            let log = log.take().map(|(l, mut e)| {
+                e.status = status;
+                e.server = group.members[lease.index].name.clone();
+                (l, e)
+            });
+            let exchange = Exchange {
+                lease: Some(lease),
+                conn: Some(sender),
+                reusable: reusable && !close,
+                counters: vs.shared.counters.clone(),
+                activity: conn.activity.clone(),
+                started,
+                log,
+            };
+            Flow::Continue(Response::from_parts(
+                rparts,
+                RespBody::upstream(rbody, exchange),
+            ))
+        }
+    }
+}
+
+type Upstream = (
+    Response<Incoming>,
+    Lease,
+    hyper::client::conn::http1::SendRequest<ReqBody>,
+    bool,
+);
+
+/// Phases 3 and 4: choose a server, send, get the response header; retry as configured.
+async fn upstream(
+    conn: &Arc<Conn>,
+    vs: &Arc<VsRuntime>,
+    group: &Arc<Group>,
+    mut parts: http::request::Parts,
+    body: Incoming,
+    cookie: Option<&[u8]>,
+) -> Flow<Upstream> {
+    let cfg = &group.config;
+    // The request as servers see it.
+    let host = route::host_of(&parts);
+    if !parts.headers.contains_key(header::HOST) {
+        if let Some(a) = parts.uri.authority() {
+            if let Ok(v) = HeaderValue::from_str(a.as_str()) {
+                parts.headers.insert(header::HOST, v);
+            }
+        }
+    }
+    headers::strip_hop_by_hop(&mut parts.headers);
+    headers::add_forwarding(
+        &mut parts.headers,
+        Forwarding {
+            xff: vs.config.x_forwarded_for,
+            xfp: vs.config.x_forwarded_proto,
+            forwarded: vs.config.forwarded,
+        },
+        conn.peer.ip(),
+        "http",
+        host.as_deref(),
+    );
+    vs.request_rules.apply(&mut parts.headers);
+    if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
+        let pq = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        if let Ok(u) = pq.parse() {
+            parts.uri = u;
+        }
+    }
+    parts.version = Version::HTTP_11;
+    let url = parts.uri.path_and_query().map(|p| p.as_str().to_string());
+    let mut body = if body.is_end_stream() {
+        ReqBody::Empty
+    } else {
+        ReqBody::Stream(body, vs.shared.counters.clone())
+    };
+    let replayable = idempotent(&parts.method) && matches!(body, ReqBody::Empty);
+    let mut last_error = (
+        StatusCode::SERVICE_UNAVAILABLE,
+        "no server could be reached",
+    );
+    let mut parts = Some(parts);
+    let mut tried = 0u64;
+    for attempt in 0..=cfg.retries {
+        let lease = match group
+            .acquire(Affinity {
+                client: Some(conn.peer.ip()),
+                cookie,
+                url: url.as_deref().map(str::as_bytes),
+                exclude: tried,
+            })
+            .await
+        {
+            Ok(l) => l,
+            Err(Unavailable::NoServer) => {
+                return Flow::Respond(local(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("no server of group {} is available", cfg.name),
+                    false,
+                ))
+            }
+            Err(Unavailable::Busy) => {
+                return Flow::Respond(local(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("every server of group {} is busy; try again", cfg.name),
+                    false,
+                ))
+            }
+        };
+        let server = lease.server.clone();
+        tried |= 1u64.checked_shl(lease.index as u32).unwrap_or(0);
+        let mut c = match server
+            .pool
+            .checkout(server.address, cfg.connect_timeout, &server.counters)
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                server.counters.connect_failures.inc();
+                tracing::debug!(group = %cfg.name, server = %server.address, error = %e, "connect failed");
+                if attempt < cfg.retries {
+                    server.counters.retries.inc();
+                }
+                last_error = match e {
+                    ConnectError::Timeout(_) => (
+                        StatusCode::GATEWAY_TIMEOUT,
+                        "connecting to the server timed out",
+                    ),
+                    _ => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "no server could be reached",
+                    ),
+                };
+                continue;
+            }
+        };
+        let Some(p) = parts.take() else { break };
+        // Keep a copy only if this request may be sent again after it was sent once.
+        let keep = (replayable && attempt < cfg.retries).then(|| clone_parts(&p));
+        let req = Request::from_parts(p, std::mem::replace(&mut body, ReqBody::Empty));
+        let sent_at = SystemClock::now();
+        let result =
+            tokio::time::timeout(cfg.response_timeout, c.sender.try_send_request(req)).await;
+        match result {
+            Ok(Ok(resp)) => {
+                let rt = SystemClock::now().saturating_duration_since(sent_at);
+                server.counters.latency.record(rt);
+                server.observe_response_time(rt);
+                return Flow::Continue((resp, lease, c.sender, true));
+            }
+            Ok(Err(mut e)) => {
+                server.counters.failures.inc();
+                let unsent = e.take_message();
+                tracing::debug!(group = %cfg.name, server = %server.address, error = %e.error(), reused = c.reused, "request to server failed");
+                match (unsent, keep) {
+                    // Never sent (the pooled connection was closed): safe for any request.
+                    (Some(req), _) => {
+                        let (p, b) = req.into_parts();
+                        parts = Some(p);
+                        body = b;
+                    }
+                    // Sent, failed before any response byte: only an idempotent bodiless
+                    // request is sent again.
+                    (None, Some(k)) => parts = Some(k),
+                    (None, None) => {
+                        return Flow::Respond(local(
+                            StatusCode::BAD_GATEWAY,
+                            "the server closed the connection without a response",
+                            false,
+                        ))
+                    }
+                }
+                last_error = (
+                    StatusCode::BAD_GATEWAY,
+                    "the server closed the connection without a response",
+                );
+                if attempt < cfg.retries {
+                    server.counters.retries.inc();
+                }
+            }
+            Err(_) => {
+                server.counters.failures.inc();
+                return Flow::Respond(local(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "the server did not answer in time",
+                    false,
+                ));
+            }
+        }
+    }
+    Flow::Respond(local(last_error.0, last_error.1, false))
+}
+
+fn clone_parts(p: &http::request::Parts) -> http::request::Parts {
+    let mut b = Request::builder()
+        .method(p.method.clone())
+        .uri(p.uri.clone())
+        .version(p.version);
+    if let Some(h) = b.headers_mut() {
+        *h = p.headers.clone();
+    }
+    b.body(()).map(|r| r.into_parts().0).unwrap_or_else(|_| {
+        // Unreachable: every part came from a valid request.
+        Request::new(()).into_parts().0
+    })
+}

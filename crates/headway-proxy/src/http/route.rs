@@ -1,0 +1,190 @@
+//! Content switching: which server group a request goes to.
+//!
+//! [`Router`] holds a virtual server's rules in file order and its default group; [`Router::route`]
+//! returns the first rule whose every condition holds (or the default). Pure: it reads the
+//! request's method, host, path and headers and nothing else. Host is the `Host` header (or the
+//! URI's authority for HTTP/2), lower-cased, port removed; path is the URI path before `?`,
+//! compared as received (not percent-decoded, as NetScaler and HAProxy compare it).
+
+use headway_config::adc::{Condition, Rule, ValueMatch};
+use http::request::Parts;
+
+/// A virtual server's rules, each with its target `T` (a group).
+#[derive(Debug)]
+pub struct Router<T> {
+    rules: Vec<(Rule, T)>,
+    default: T,
+}
+
+impl<T> Router<T> {
+    /// A router over `rules` (first match wins) and `default`.
+    pub fn new(rules: Vec<(Rule, T)>, default: T) -> Self {
+        Router { rules, default }
+    }
+
+    /// The target of a request, and the matching rule's name (`None` for the default).
+    pub fn route(&self, req: &Parts) -> (&T, Option<&str>) {
+        if self.rules.is_empty() {
+            return (&self.default, None);
+        }
+        let host = host_of(req);
+        let path = req.uri.path();
+        for (rule, target) in &self.rules {
+            if rule
+                .conditions
+                .iter()
+                .all(|c| matches(c, req, host.as_deref(), path))
+            {
+                return (target, Some(&rule.name));
+            }
+        }
+        (&self.default, None)
+    }
+
+    /// The rules' names and targets, in order.
+    pub fn rules(&self) -> impl Iterator<Item = (&Rule, &T)> {
+        self.rules.iter().map(|(r, t)| (r, t))
+    }
+
+    /// The default target.
+    pub fn default_target(&self) -> &T {
+        &self.default
+    }
+}
+
+/// The request's host, lower case, without a port.
+pub fn host_of(req: &Parts) -> Option<String> {
+    let raw = req
+        .headers
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri.authority().map(|a| a.as_str()))?;
+    let host = if raw.starts_with('[') {
+        // [v6]:port
+        raw.split_inclusive(']').next().unwrap_or(raw)
+    } else {
+        raw.rsplit_once(':').map_or(raw, |(h, _)| h)
+    };
+    Some(host.to_ascii_lowercase())
+}
+
+fn matches(c: &Condition, req: &Parts, host: Option<&str>, path: &str) -> bool {
+    match c {
+        Condition::Host(h) => host == Some(h.as_str()),
+        Condition::HostSuffix(s) => host.is_some_and(|h| h.ends_with(s.as_str())),
+        Condition::Path(p) => path == p,
+        Condition::PathPrefix(p) => path.starts_with(p.as_str()),
+        Condition::PathContains(p) => path.contains(p.as_str()),
+        Condition::PathRegex(r) => r.0.is_match(path),
+        Condition::PathExtension(exts) => {
+            let last = path.rsplit('/').next().unwrap_or("");
+            last.rsplit_once('.')
+                .is_some_and(|(_, e)| exts.iter().any(|x| x.eq_ignore_ascii_case(e)))
+        }
+        Condition::Method(ms) => ms.iter().any(|m| m == req.method.as_str()),
+        Condition::Header { name, value } => {
+            req.headers
+                .get_all(name.as_str())
+                .iter()
+                .any(|v| match value {
+                    ValueMatch::Any => true,
+                    ValueMatch::Exact(x) => v.as_bytes() == x.as_bytes(),
+                    ValueMatch::Regex(r) => v.to_str().is_ok_and(|s| r.0.is_match(s)),
+                    _ => false,
+                })
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headway_config::adc::Pattern;
+
+    fn parts(method: &str, uri: &str, headers: &[(&str, &str)]) -> Parts {
+        let mut b = http::Request::builder().method(method).uri(uri);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    fn rule(name: &str, conditions: Vec<Condition>) -> Rule {
+        Rule {
+            name: name.into(),
+            group: String::new(),
+            conditions,
+        }
+    }
+
+    #[test]
+    fn first_matching_rule_wins_and_all_conditions_must_hold() {
+        let r = Router::new(
+            vec![
+                (
+                    rule(
+                        "img",
+                        vec![
+                            Condition::PathExtension(vec!["jpg".into(), "gif".into()]),
+                            Condition::Method(vec!["GET".into()]),
+                        ],
+                    ),
+                    1,
+                ),
+                (
+                    rule(
+                        "mysite",
+                        vec![Condition::PathContains("/_layouts/MySite.aspx".into())],
+                    ),
+                    2,
+                ),
+                (
+                    rule("api", vec![Condition::HostSuffix(".api.example".into())]),
+                    3,
+                ),
+                (
+                    rule(
+                        "beta",
+                        vec![Condition::Header {
+                            name: "x-beta".into(),
+                            value: ValueMatch::Regex(Pattern(regex::Regex::new("^1").unwrap())),
+                        }],
+                    ),
+                    4,
+                ),
+                (rule("v2", vec![Condition::PathPrefix("/v2/".into())]), 5),
+            ],
+            0,
+        );
+        let t = |m: &str, u: &str, h: &[(&str, &str)]| *r.route(&parts(m, u, h)).0;
+        assert_eq!(t("GET", "/a/b.JPG?x=1", &[]), 1);
+        assert_eq!(t("POST", "/a/b.jpg", &[]), 0);
+        assert_eq!(t("GET", "/sites/_layouts/MySite.aspx", &[]), 2);
+        assert_eq!(t("GET", "/", &[("host", "eu.API.example:8080")]), 3);
+        assert_eq!(t("GET", "/", &[("host", "api.example")]), 0);
+        assert_eq!(t("GET", "/", &[("x-beta", "12")]), 4);
+        assert_eq!(t("GET", "/", &[("x-beta", "2")]), 0);
+        assert_eq!(t("GET", "/v2/x", &[]), 5);
+        assert_eq!(t("GET", "/v2", &[]), 0);
+        assert_eq!(t("GET", "/dir.jpg/file", &[]), 0);
+        assert_eq!(r.route(&parts("GET", "/v2/x", &[])).1, Some("v2"));
+    }
+
+    #[test]
+    fn host_comes_from_the_header_or_the_authority() {
+        assert_eq!(
+            host_of(&parts("GET", "/", &[("host", "WWW.Example.com:80")])).as_deref(),
+            Some("www.example.com")
+        );
+        assert_eq!(
+            host_of(&parts("GET", "http://h2.example:8443/x", &[])).as_deref(),
+            Some("h2.example")
+        );
+        assert_eq!(
+            host_of(&parts("GET", "/", &[("host", "[::1]:80")])).as_deref(),
+            Some("[::1]")
+        );
+        assert_eq!(host_of(&parts("GET", "/", &[])), None);
+    }
+}

@@ -1,0 +1,150 @@
+//! The L4 path: a `tcp` virtual server carries bytes both ways between a client and a server
+//! of its group.
+//!
+//! Per connection: choose a server ([`Group::acquire`]: source-IP persistence and hashing see
+//! the client's address), connect within the group's `connect_timeout` — on failure, try
+//! another server, up to `retries` times —, then copy both ways until both sides have closed.
+//! A half-close is carried (a FIN from one side shuts down writing towards the other, and the
+//! other direction goes on). The connection is closed when neither side has sent a byte for
+//! the virtual server's `client_idle_timeout`. The server slot is held for the connection's
+//! lifetime, so `max_connections` limits concurrent connections.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use headway_core::SystemClock;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::group::{Affinity, Lease};
+use crate::http::Slot;
+use crate::stats::Counter;
+
+/// Copy buffer per direction.
+const BUF: usize = 64 * 1024;
+
+/// Serves one accepted client connection of a `tcp` virtual server.
+pub async fn serve_connection(slot: Arc<Slot>, client: TcpStream, peer: SocketAddr) {
+    let vs = slot.vs.load_full();
+    let group = vs.router.default_target().clone();
+    let cfg = &group.config;
+    let counters = vs.shared.counters.clone();
+    counters.requests.inc();
+    let started = SystemClock::now();
+    let mut tried = 0u64;
+    let mut connected: Option<(TcpStream, Lease)> = None;
+    for _ in 0..=cfg.retries {
+        let lease = match group
+            .acquire(Affinity {
+                client: Some(peer.ip()),
+                exclude: tried,
+                ..Affinity::default()
+            })
+            .await
+        {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::debug!(virtual_server = %vs.config.name, client = %peer, reason = ?e, "no server for a tcp connection");
+                return;
+            }
+        };
+        tried |= 1u64.checked_shl(lease.index as u32).unwrap_or(0);
+        let addr = lease.server.address;
+        match tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => {
+                lease.server.counters.connections_opened.inc();
+                connected = Some((s, lease));
+                break;
+            }
+            Ok(Err(e)) => {
+                lease.server.counters.connect_failures.inc();
+                lease.server.counters.retries.inc();
+                tracing::debug!(server = %addr, error = %e, "connect failed");
+            }
+            Err(_) => {
+                lease.server.counters.connect_failures.inc();
+                lease.server.counters.retries.inc();
+                tracing::debug!(server = %addr, "connect timed out");
+            }
+        }
+    }
+    let Some((server, lease)) = connected else {
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let idle = vs.config.client_idle_timeout;
+    drop(vs);
+    let activity = AtomicU64::new(0);
+    let base = SystemClock::now();
+    let touch = || {
+        activity.store(
+            SystemClock::now().duration_since(base).as_millis() as u64,
+            Relaxed,
+        )
+    };
+    let (mut cr, mut cw) = client.into_split();
+    let (mut sr, mut sw) = server.into_split();
+    let srv = lease.server.clone();
+    let up = pipe(
+        &mut cr,
+        &mut sw,
+        &counters.bytes_in,
+        &srv.counters.bytes_out,
+        &touch,
+    );
+    let down = pipe(
+        &mut sr,
+        &mut cw,
+        &counters.bytes_out,
+        &srv.counters.bytes_in,
+        &touch,
+    );
+    let both = async { tokio::join!(up, down) };
+    tokio::pin!(both);
+    let mut wait = idle;
+    loop {
+        tokio::select! {
+            _ = &mut both => break,
+            _ = tokio::time::sleep(wait) => {
+                let last = Duration::from_millis(activity.load(Relaxed));
+                let since = SystemClock::now().duration_since(base).saturating_sub(last);
+                if since >= idle {
+                    tracing::debug!(client = %peer, "closing idle tcp connection");
+                    break;
+                }
+                wait = idle - since;
+            }
+        }
+    }
+    counters
+        .latency
+        .record(SystemClock::now().saturating_duration_since(started));
+    drop(lease);
+}
+
+/// Copies `from` to `to` until end of stream, then shuts `to` down for writing (half-close).
+async fn pipe(
+    from: &mut (impl tokio::io::AsyncRead + Unpin),
+    to: &mut (impl tokio::io::AsyncWrite + Unpin),
+    a: &Counter,
+    b: &Counter,
+    touch: &impl Fn(),
+) {
+    let mut buf = vec![0u8; BUF];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        touch();
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+        a.add(n as u64);
+        b.add(n as u64);
+    }
+    let _ = to.shutdown().await;
+}

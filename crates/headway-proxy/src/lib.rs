@@ -1,0 +1,41 @@
+//! Headway's ADC: virtual servers that take client connections and spread them over the
+//! healthy servers of server groups.
+//!
+//! # What it owns
+//!
+//! - [`Proxy`] ([`runtime`]): listeners, config generations, live reload that drops nothing,
+//!   graceful shutdown, server state changes, the [`AdcSnapshot`] of counters and state;
+//! - [`group`]: selection within limits, persistence (inserted cookie, source IP), backups, the
+//!   surge queue;
+//! - [`pool`]: backend connection reuse (idle keep-alive connections per server);
+//! - [`health`]: TCP and HTTP monitors in the background;
+//! - [`http`]: the L7 path (HTTP/1.1 with keep-alive and pipelining, HTTP/2 with prior
+//!   knowledge; content switching, header rules, forwarding headers, retries, framing checks,
+//!   access log) — its module doc draws the phases;
+//! - [`l4`]: the `tcp` virtual servers (bytes both ways, half-close carried);
+//! - [`limits`]: per-client connection and rate limits;
+//! - [`stats`]: the counters and the snapshot types.
+//!
+//! It does not parse or validate configuration (it takes [`headway_config::AdcConfig`] as
+//! validated), decide selection itself (the pure algorithms are `headway-lb`'s), or serve the
+//! admin API (the binary wires [`Proxy`] to `headway-admin`). TLS, compression and caching come
+//! later on the same L7 path.
+//!
+//! # Entry points and call order
+//!
+//! Inside a tokio runtime: [`Proxy::start`] with a validated config (binds every listener, or
+//! fails with nothing running); then any number of [`Proxy::replace`],
+//! [`Proxy::set_server_state`], [`Proxy::snapshot`]; finally [`Proxy::shutdown`].
+#![forbid(unsafe_code)]
+
+pub mod group;
+pub mod health;
+pub mod http;
+pub mod l4;
+pub mod limits;
+pub mod pool;
+pub mod runtime;
+pub mod stats;
+
+pub use runtime::{ApplyError, Proxy, StateError};
+pub use stats::{AdcSnapshot, GroupSnapshot, ServerSnapshot, VirtualServerSnapshot};

@@ -1,0 +1,581 @@
+//! The running proxy: listeners, config generations, live reload and graceful shutdown.
+//!
+//! A *generation* is everything built from one [`AdcConfig`]: its server groups, virtual
+//! servers and health monitors. [`Proxy::replace`] builds the next generation beside the
+//! running one — opening access logs and binding new listen addresses first, so that anything
+//! that can fail fails before a byte of traffic is affected — and then swaps it in:
+//!
+//! - listeners whose address stays keep their socket (no connection is refused during a
+//!   reload) and serve the new virtual server from their next request or connection on;
+//! - listeners whose address is gone stop accepting, and their connections finish their
+//!   in-flight requests and close (graceful);
+//! - established connections and in-flight requests are never cut: each holds the generation it
+//!   started with for as long as it needs it;
+//! - state keyed by name carries over: a server's counters, health, administrative state and
+//!   idle connections (same group, name and address), a group's counters and surge queue, a
+//!   virtual server's counters and per-client limits. A server's `state` in the file applies
+//!   on reload only when the file changed it (so a drain set through the admin API survives
+//!   reloads that do not mention it).
+//!
+//! [`Proxy::shutdown`] stops every listener, lets connections finish within the grace period,
+//! and returns.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use headway_config::adc::{AdcConfig, VirtualServerKind};
+use headway_lb::health::AdminState;
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+
+use crate::group::{Group, GroupState, ServerState};
+use crate::http::access_log::{LogError, Logger};
+use crate::http::route::Router;
+use crate::http::{Slot, VsRuntime, VsShared};
+use crate::pool::Pool;
+use crate::stats::{AdcSnapshot, GroupSnapshot, VirtualServerSnapshot};
+
+/// Listen backlog: large, so a burst of connections (or a SYN flood with SYN cookies) does
+/// not overflow the accept queue.
+const BACKLOG: i32 = 4096;
+
+/// Why the proxy could not start or a new config could not be applied. Nothing was changed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApplyError {
+    /// A listen address could not be bound.
+    #[error("virtual server {name}: cannot listen on {addr}: {source}")]
+    Bind {
+        /// The virtual server.
+        name: String,
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// An access log could not be opened.
+    #[error("virtual server {name}: {source}")]
+    AccessLog {
+        /// The virtual server.
+        name: String,
+        /// The error.
+        source: LogError,
+    },
+}
+
+/// Why a server's state could not be set.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StateError {
+    /// No group has that name.
+    #[error("no server group named {0:?}")]
+    NoGroup(String),
+    /// The group has no server of that name.
+    #[error("server group {group:?} has no server named {server:?}")]
+    NoServer {
+        /// The group.
+        group: String,
+        /// The server.
+        server: String,
+    },
+}
+
+/// Key of a server's lasting state.
+type ServerKey = (String, String, SocketAddr);
+
+/// State kept by name across generations.
+#[derive(Default)]
+struct Lasting {
+    servers: HashMap<ServerKey, Arc<ServerState>>,
+    groups: HashMap<String, Arc<GroupState>>,
+    virtual_servers: HashMap<String, Arc<VsShared>>,
+    logs: Vec<Arc<Logger>>,
+}
+
+/// One config generation.
+struct Generation {
+    number: u64,
+    config: AdcConfig,
+    groups: Vec<Arc<Group>>,
+    virtual_servers: Vec<Arc<VsRuntime>>,
+    /// Dropping it stops the generation's monitors.
+    _monitors: watch::Sender<()>,
+}
+
+/// A listening socket and its accept task.
+struct Listener {
+    slot: Arc<Slot>,
+    bound: SocketAddr,
+    /// `true` stops accepting and drains the listener's connections.
+    draining: watch::Sender<bool>,
+}
+
+/// Counts client connections, for shutdown.
+#[derive(Default)]
+struct Tracker {
+    live: AtomicUsize,
+    idle: Notify,
+}
+
+struct Shared {
+    current: ArcSwap<Generation>,
+    listeners: Mutex<HashMap<SocketAddr, Listener>>,
+    lasting: Mutex<Lasting>,
+    /// Serialises reloads.
+    reload: tokio::sync::Mutex<()>,
+    reloads_failed: AtomicU64,
+    tracker: Arc<Tracker>,
+    seed: u64,
+}
+
+/// The running ADC. Cloning gives another handle to the same proxy.
+#[derive(Clone)]
+pub struct Proxy {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("generation", &self.shared.current.load().number)
+            .finish()
+    }
+}
+
+impl Proxy {
+    /// Binds every virtual server, starts the monitors and returns once all listeners accept.
+    /// Must run inside a tokio runtime. `seed` seeds the selectors' tie-breaking.
+    pub async fn start(config: AdcConfig, seed: u64) -> Result<Proxy, ApplyError> {
+        let empty = Generation {
+            number: 0,
+            config: AdcConfig::default(),
+            groups: Vec::new(),
+            virtual_servers: Vec::new(),
+            _monitors: watch::channel(()).0,
+        };
+        let proxy = Proxy {
+            shared: Arc::new(Shared {
+                current: ArcSwap::from_pointee(empty),
+                listeners: Mutex::new(HashMap::new()),
+                lasting: Mutex::new(Lasting::default()),
+                reload: tokio::sync::Mutex::new(()),
+                reloads_failed: AtomicU64::new(0),
+                tracker: Arc::new(Tracker::default()),
+                seed,
+            }),
+        };
+        proxy.apply(config).await?;
+        Ok(proxy)
+    }
+
+    /// Replaces the running config (validated already) without dropping a connection; on
+    /// error nothing changed and the error is counted. Returns the new generation's number.
+    pub async fn replace(&self, config: AdcConfig) -> Result<u64, ApplyError> {
+        let r = self.apply(config).await;
+        if r.is_err() {
+            self.shared.reloads_failed.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// Counts a reload refused before it reached the proxy (a config that did not validate).
+    pub fn count_failed_reload(&self) {
+        self.shared.reloads_failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The running config.
+    pub fn config(&self) -> AdcConfig {
+        self.shared.current.load().config.clone()
+    }
+
+    /// The address each virtual server is bound to (the real port when the config said 0).
+    pub fn bound_addrs(&self) -> Vec<(String, SocketAddr)> {
+        let listeners = self.shared.listeners.lock();
+        self.shared
+            .current
+            .load()
+            .virtual_servers
+            .iter()
+            .filter_map(|v| {
+                listeners
+                    .get(&v.config.listen)
+                    .map(|l| (v.config.name.clone(), l.bound))
+            })
+            .collect()
+    }
+
+    /// Sets a server's administrative state (enable, disable, drain).
+    pub fn set_server_state(
+        &self,
+        group: &str,
+        server: &str,
+        state: AdminState,
+    ) -> Result<(), StateError> {
+        let current = self.shared.current.load();
+        let g = current
+            .groups
+            .iter()
+            .find(|g| g.config.name == group)
+            .ok_or_else(|| StateError::NoGroup(group.to_string()))?;
+        let m =
+            g.members
+                .iter()
+                .find(|m| m.name == server)
+                .ok_or_else(|| StateError::NoServer {
+                    group: group.to_string(),
+                    server: server.to_string(),
+                })?;
+        m.state.set_admin(state);
+        tracing::info!(
+            group,
+            server,
+            state = crate::group::admin_name(state),
+            "server state set"
+        );
+        Ok(())
+    }
+
+    /// Configuration, state and counters of every virtual server, group and server.
+    pub fn snapshot(&self) -> AdcSnapshot {
+        let g = self.shared.current.load();
+        AdcSnapshot {
+            generation: g.number,
+            reloads_failed: self.shared.reloads_failed.load(Ordering::Relaxed),
+            virtual_servers: g
+                .virtual_servers
+                .iter()
+                .map(|v| {
+                    let c = &v.shared.counters;
+                    VirtualServerSnapshot {
+                        name: v.config.name.clone(),
+                        kind: v.config.kind.as_str().into(),
+                        listen: v.config.listen.to_string(),
+                        group: v.config.group.clone(),
+                        rules: v
+                            .router
+                            .rules()
+                            .map(|(r, g)| (r.name.clone(), g.config.name.clone()))
+                            .collect(),
+                        connections: c.connections.get(),
+                        active_connections: c.active_connections.get(),
+                        refused_connections: c.refused_connections.get(),
+                        requests: c.requests.get(),
+                        responses: c.responses.snapshot(),
+                        rate_limited: c.rate_limited.get(),
+                        bad_requests: c.bad_requests.get(),
+                        bytes_in: c.bytes_in.get(),
+                        bytes_out: c.bytes_out.get(),
+                        latency: c.latency.snapshot(),
+                    }
+                })
+                .collect(),
+            groups: g
+                .groups
+                .iter()
+                .map(|grp| {
+                    let c = &grp.state.counters;
+                    GroupSnapshot {
+                        name: grp.config.name.clone(),
+                        method: grp.config.method.to_string(),
+                        monitor: grp.config.monitor.clone(),
+                        persistence: grp.config.persistence.as_ref().map(|p| {
+                            match p {
+                                headway_config::adc::Persistence::Cookie(_) => "cookie",
+                                _ => "source-ip",
+                            }
+                            .to_string()
+                        }),
+                        requests: c.requests.get(),
+                        queued: c.queued.get(),
+                        waiting: c.waiting.get(),
+                        queue_rejected: c.queue_rejected.get(),
+                        no_server: c.no_server.get(),
+                        persisted: c.persisted.get(),
+                        persistence_failovers: c.persistence_failovers.get(),
+                        servers: grp.server_snapshots(),
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// Stops accepting everywhere, lets connections finish for up to `grace`, and returns.
+    /// Connections still open after `grace` are cut when the runtime stops.
+    pub async fn shutdown(&self, grace: Duration) {
+        for l in self.shared.listeners.lock().values() {
+            let _ = l.draining.send(true);
+        }
+        let tracker = self.shared.tracker.clone();
+        let wait = async {
+            loop {
+                let idle = tracker.idle.notified();
+                if tracker.live.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                idle.await;
+            }
+        };
+        if tokio::time::timeout(grace, wait).await.is_err() {
+            tracing::warn!(
+                connections = tracker.live.load(Ordering::SeqCst),
+                "shutdown grace period over; closing the remaining connections"
+            );
+        }
+    }
+
+    async fn apply(&self, config: AdcConfig) -> Result<u64, ApplyError> {
+        let sh = &self.shared;
+        let _one_at_a_time = sh.reload.lock().await;
+        let number = sh.current.load().number + 1;
+        let (generation, lasting) = self.build(config, number)?;
+        // Bind what is new before anything changes.
+        let mut new_listeners: Vec<(SocketAddr, std::net::TcpListener, usize)> = Vec::new();
+        {
+            let listeners = sh.listeners.lock();
+            for (i, v) in generation.virtual_servers.iter().enumerate() {
+                if !listeners.contains_key(&v.config.listen) {
+                    let sock = bind(v.config.listen).map_err(|source| ApplyError::Bind {
+                        name: v.config.name.clone(),
+                        addr: v.config.listen,
+                        source,
+                    })?;
+                    new_listeners.push((v.config.listen, sock, i));
+                }
+            }
+        }
+        // Commit.
+        let generation = Arc::new(generation);
+        *sh.lasting.lock() = lasting;
+        let mut listeners = sh.listeners.lock();
+        let wanted: HashMap<SocketAddr, &Arc<VsRuntime>> = generation
+            .virtual_servers
+            .iter()
+            .map(|v| (v.config.listen, v))
+            .collect();
+        listeners.retain(|addr, l| match wanted.get(addr) {
+            Some(v) => {
+                l.slot.vs.store((*v).clone());
+                true
+            }
+            None => {
+                let _ = l.draining.send(true);
+                false
+            }
+        });
+        for (addr, sock, i) in new_listeners {
+            let vs = generation.virtual_servers[i].clone();
+            let bound = sock.local_addr().unwrap_or(addr);
+            let slot = Arc::new(Slot {
+                vs: ArcSwap::new(vs),
+            });
+            let (draining, rx) = watch::channel(false);
+            match TcpListener::from_std(sock) {
+                Ok(l) => {
+                    tokio::spawn(accept_loop(l, slot.clone(), rx, sh.tracker.clone()));
+                    listeners.insert(
+                        addr,
+                        Listener {
+                            slot,
+                            bound,
+                            draining,
+                        },
+                    );
+                }
+                Err(e) => tracing::error!(%addr, error = %e, "cannot register a listener"),
+            }
+        }
+        drop(listeners);
+        sh.current.store(generation);
+        tracing::info!(generation = number, "configuration applied");
+        Ok(number)
+    }
+
+    /// Builds a generation, taking over lasting state by name.
+    fn build(&self, config: AdcConfig, number: u64) -> Result<(Generation, Lasting), ApplyError> {
+        let sh = &self.shared;
+        let old = sh.lasting.lock();
+        let mut next = Lasting::default();
+        let (monitors, stop) = watch::channel(());
+        let mut groups: Vec<Arc<Group>> = Vec::with_capacity(config.groups.len());
+        for (gi, g) in config.groups.iter().enumerate() {
+            let gs = old.groups.get(&g.name).cloned().unwrap_or_default();
+            next.groups.insert(g.name.clone(), gs.clone());
+            let group = Group::new(
+                g.clone(),
+                gs,
+                |s| {
+                    let key = (g.name.clone(), s.name.clone(), s.address);
+                    let st = match old.servers.get(&key) {
+                        Some(st) => {
+                            st.pool
+                                .configure(g.pool_max_idle as usize, g.pool_idle_timeout);
+                            st.apply_file_state(s.state);
+                            if g.monitor.is_none() {
+                                st.clear_health();
+                            }
+                            st.clone()
+                        }
+                        None => Arc::new(ServerState::new(
+                            s.address,
+                            s.state,
+                            Pool::new(g.pool_max_idle as usize, g.pool_idle_timeout),
+                        )),
+                    };
+                    next.servers.insert(key, st.clone());
+                    st
+                },
+                sh.seed.wrapping_add(gi as u64),
+            );
+            groups.push(Arc::new(group));
+        }
+        let find = |name: &str| {
+            groups
+                .iter()
+                .find(|g| g.config.name == name)
+                .cloned()
+                .expect("the config checked every group reference")
+        };
+        let mut virtual_servers = Vec::with_capacity(config.virtual_servers.len());
+        for v in &config.virtual_servers {
+            let shared = old
+                .virtual_servers
+                .get(&v.name)
+                .cloned()
+                .unwrap_or_default();
+            next.virtual_servers.insert(v.name.clone(), shared.clone());
+            let log = match &v.access_log {
+                None => None,
+                Some(a) => {
+                    let reuse = old
+                        .logs
+                        .iter()
+                        .chain(next.logs.iter())
+                        .find(|l| l.is(a.path.as_deref(), a.format))
+                        .cloned();
+                    let l = match reuse {
+                        Some(l) => l,
+                        None => Arc::new(Logger::open(a.path.as_deref(), a.format).map_err(
+                            |source| ApplyError::AccessLog {
+                                name: v.name.clone(),
+                                source,
+                            },
+                        )?),
+                    };
+                    if !next.logs.iter().any(|x| Arc::ptr_eq(x, &l)) {
+                        next.logs.push(l.clone());
+                    }
+                    Some(l)
+                }
+            };
+            let router = Router::new(
+                v.rules
+                    .iter()
+                    .map(|r| (r.clone(), find(&r.group)))
+                    .collect(),
+                find(&v.group),
+            );
+            virtual_servers.push(Arc::new(VsRuntime::new(v.clone(), router, shared, log)));
+        }
+        drop(old);
+        // Monitors of the new generation; the old generation's stop when it is dropped.
+        for g in &groups {
+            let Some(m) = g.config.monitor.as_ref().and_then(|m| config.monitor(m)) else {
+                continue;
+            };
+            for member in &g.members {
+                crate::health::spawn(
+                    m.clone(),
+                    g.config.name.clone(),
+                    member.name.clone(),
+                    member.state.clone(),
+                    stop.clone(),
+                );
+            }
+        }
+        drop(stop);
+        Ok((
+            Generation {
+                number,
+                config,
+                groups,
+                virtual_servers,
+                _monitors: monitors,
+            },
+            next,
+        ))
+    }
+}
+
+/// A listening socket with a large backlog and `SO_REUSEADDR`.
+fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let domain = socket2::Domain::for_address(addr);
+    let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(BACKLOG)?;
+    Ok(s.into())
+}
+
+/// Accepts until the listener drains; each connection runs in a task of its own.
+async fn accept_loop(
+    listener: TcpListener,
+    slot: Arc<Slot>,
+    mut draining: watch::Receiver<bool>,
+    tracker: Arc<Tracker>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            r = draining.changed() => {
+                if r.is_err() || *draining.borrow() {
+                    return;
+                }
+                continue;
+            }
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of file descriptors or similar: back off a little rather than spin.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let vs = slot.vs.load_full();
+        let counters = vs.shared.counters.clone();
+        counters.connections.inc();
+        let kind = vs.config.kind;
+        let Some(guard) = vs
+            .shared
+            .limits
+            .admit_connection(peer.ip(), kind == VirtualServerKind::Tcp)
+        else {
+            counters.refused_connections.inc();
+            continue;
+        };
+        drop(vs);
+        counters.active_connections.inc();
+        tracker.live.fetch_add(1, Ordering::SeqCst);
+        let slot = slot.clone();
+        let drain = draining.clone();
+        let tracker = tracker.clone();
+        tokio::spawn(async move {
+            match kind {
+                VirtualServerKind::Tcp => crate::l4::serve_connection(slot, stream, peer).await,
+                _ => crate::http::serve_connection(slot, stream, peer, drain).await,
+            }
+            drop(guard);
+            counters.active_connections.dec();
+            if tracker.live.fetch_sub(1, Ordering::SeqCst) == 1 {
+                tracker.idle.notify_waiters();
+            }
+        });
+    }
+}

@@ -1,0 +1,410 @@
+//! Counters the data path bumps (plain atomics, no locks) and the serialisable snapshot the
+//! admin API, `headway ctl adc` and the Prometheus collector read.
+//!
+//! The counters live as long as the thing they count: a virtual server's, group's or server's
+//! counters are carried across reloads as long as its name stays (see `crate::runtime`), so a
+//! reload never resets a rate in Prometheus.
+
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Relaxed, SeqCst},
+};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Upper bounds of the latency histogram's buckets, in seconds (the last bucket is `+Inf`).
+pub const LATENCY_BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// A latency histogram with fixed buckets ([`LATENCY_BUCKETS`]) and a sum, safe to update from
+/// any thread.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    /// Records one observation.
+    pub fn record(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = LATENCY_BUCKETS
+            .iter()
+            .position(|b| s <= *b)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.buckets[i].fetch_add(1, Relaxed);
+        self.sum_us
+            .fetch_add(u64::try_from(d.as_micros()).unwrap_or(u64::MAX), Relaxed);
+    }
+
+    /// A copy of the counts.
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        HistogramSnapshot {
+            counts: self.buckets.iter().map(|b| b.load(Relaxed)).collect(),
+            sum_seconds: self.sum_us.load(Relaxed) as f64 / 1e6,
+        }
+    }
+}
+
+/// A histogram's counts: one per bucket of [`LATENCY_BUCKETS`] plus `+Inf` (not cumulative).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HistogramSnapshot {
+    /// Observations per bucket (`LATENCY_BUCKETS.len() + 1` entries).
+    pub counts: Vec<u64>,
+    /// The sum of all observations, seconds.
+    pub sum_seconds: f64,
+}
+
+impl HistogramSnapshot {
+    /// The number of observations.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// The `q` quantile (0–1) as the upper bound of the bucket it falls in; `None` when empty.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let n = self.count();
+        if n == 0 {
+            return None;
+        }
+        let want = (q.clamp(0.0, 1.0) * n as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                return Some(LATENCY_BUCKETS.get(i).copied().unwrap_or(f64::INFINITY));
+            }
+        }
+        Some(f64::INFINITY)
+    }
+}
+
+/// Responses counted by status class.
+#[derive(Debug, Default)]
+pub struct StatusCounters {
+    classes: [AtomicU64; 5],
+}
+
+impl StatusCounters {
+    /// Counts one response with `status` (100–599; others are counted as 5xx).
+    pub fn record(&self, status: u16) {
+        let i = match status {
+            100..=199 => 0,
+            200..=299 => 1,
+            300..=399 => 2,
+            400..=499 => 3,
+            _ => 4,
+        };
+        self.classes[i].fetch_add(1, Relaxed);
+    }
+
+    /// `[1xx, 2xx, 3xx, 4xx, 5xx]`.
+    pub fn snapshot(&self) -> [u64; 5] {
+        std::array::from_fn(|i| self.classes[i].load(Relaxed))
+    }
+}
+
+/// A monotonically increasing counter.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds one.
+    #[inline]
+    pub fn inc(&self) {
+        self.0.fetch_add(1, Relaxed);
+    }
+
+    /// Adds `n`.
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Relaxed);
+    }
+
+    /// The value.
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// A value that goes up and down (active connections, requests in flight). Sequentially
+/// consistent, because the surge queue's wake-ups rely on the order of its changes.
+#[derive(Debug, Default)]
+pub struct Gauge(AtomicU64);
+
+impl Gauge {
+    /// Adds one.
+    #[inline]
+    pub fn inc(&self) {
+        self.0.fetch_add(1, SeqCst);
+    }
+
+    /// Adds one if the value is below `max`; 0 means no limit. Returns whether it added.
+    #[inline]
+    pub fn try_inc_below(&self, max: u32) -> bool {
+        if max == 0 {
+            self.inc();
+            return true;
+        }
+        self.0
+            .fetch_update(SeqCst, SeqCst, |v| (v < u64::from(max)).then_some(v + 1))
+            .is_ok()
+    }
+
+    /// Subtracts one (never below zero).
+    #[inline]
+    pub fn dec(&self) {
+        let _ = self
+            .0
+            .fetch_update(SeqCst, SeqCst, |v| Some(v.saturating_sub(1)));
+    }
+
+    /// The value.
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(SeqCst)
+    }
+}
+
+/// A virtual server's counters.
+#[derive(Debug, Default)]
+pub struct VirtualServerCounters {
+    /// Client connections accepted.
+    pub connections: Counter,
+    /// Client connections open now.
+    pub active_connections: Gauge,
+    /// Connections refused by a per-client limit.
+    pub refused_connections: Counter,
+    /// HTTP requests received (tcp: connections proxied).
+    pub requests: Counter,
+    /// Responses sent, by status class (HTTP only).
+    pub responses: StatusCounters,
+    /// Requests refused by the per-client rate limit (429).
+    pub rate_limited: Counter,
+    /// Requests refused for bad framing or limits (400, 431).
+    pub bad_requests: Counter,
+    /// Bytes received from clients (request bodies for HTTP; all bytes for tcp).
+    pub bytes_in: Counter,
+    /// Bytes sent to clients (response bodies for HTTP; all bytes for tcp).
+    pub bytes_out: Counter,
+    /// Time from request to the end of the response (HTTP), or connection lifetime (tcp).
+    pub latency: Histogram,
+}
+
+/// A server group's counters.
+#[derive(Debug, Default)]
+pub struct GroupCounters {
+    /// Requests (or tcp connections) the group was asked to serve.
+    pub requests: Counter,
+    /// Requests that waited in the surge queue.
+    pub queued: Counter,
+    /// Requests waiting in the surge queue now.
+    pub waiting: Gauge,
+    /// Requests that got 503 because the queue was full or its timeout passed.
+    pub queue_rejected: Counter,
+    /// Requests that got 503 because no server was up.
+    pub no_server: Counter,
+    /// Requests sent to a server chosen by persistence.
+    pub persisted: Counter,
+    /// Persisted requests whose server was unavailable, sent to another.
+    pub persistence_failovers: Counter,
+}
+
+/// A server's counters.
+#[derive(Debug, Default)]
+pub struct ServerCounters {
+    /// Requests (or tcp connections) sent to the server.
+    pub requests: Counter,
+    /// Requests in flight now.
+    pub active: Gauge,
+    /// Responses received, by status class.
+    pub responses: StatusCounters,
+    /// Connection attempts that failed or timed out.
+    pub connect_failures: Counter,
+    /// Requests that failed after connecting (reset, early close, response timeout).
+    pub failures: Counter,
+    /// Requests tried again elsewhere after failing here.
+    pub retries: Counter,
+    /// Server connections opened.
+    pub connections_opened: Counter,
+    /// Requests sent on a reused (pooled) connection.
+    pub reused: Counter,
+    /// Bytes sent to the server (request bodies; all bytes for tcp).
+    pub bytes_out: Counter,
+    /// Bytes received from the server (response bodies; all bytes for tcp).
+    pub bytes_in: Counter,
+    /// Time from request sent to response header.
+    pub latency: Histogram,
+    /// Health checks that passed.
+    pub checks_ok: Counter,
+    /// Health checks that failed.
+    pub checks_failed: Counter,
+}
+
+/// Everything the proxy reports: configuration summary, state and counters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AdcSnapshot {
+    /// Config generation (1 at start, +1 per applied reload).
+    pub generation: u64,
+    /// Reloads refused (bad config) since start.
+    pub reloads_failed: u64,
+    /// The virtual servers.
+    pub virtual_servers: Vec<VirtualServerSnapshot>,
+    /// The server groups.
+    pub groups: Vec<GroupSnapshot>,
+}
+
+/// One virtual server.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct VirtualServerSnapshot {
+    /// Its name.
+    pub name: String,
+    /// `http` or `tcp`.
+    pub kind: String,
+    /// Where it listens.
+    pub listen: String,
+    /// Its default group.
+    pub group: String,
+    /// Its content-switching rules as `name → group`.
+    pub rules: Vec<(String, String)>,
+    /// Client connections accepted.
+    pub connections: u64,
+    /// Client connections open now.
+    pub active_connections: u64,
+    /// Connections refused by a per-client limit.
+    pub refused_connections: u64,
+    /// Requests (tcp: connections proxied).
+    pub requests: u64,
+    /// Responses by class `[1xx, 2xx, 3xx, 4xx, 5xx]`.
+    pub responses: [u64; 5],
+    /// Requests refused by the rate limit.
+    pub rate_limited: u64,
+    /// Requests refused for bad framing or limits.
+    pub bad_requests: u64,
+    /// Bytes from clients.
+    pub bytes_in: u64,
+    /// Bytes to clients.
+    pub bytes_out: u64,
+    /// Request latency.
+    pub latency: HistogramSnapshot,
+}
+
+/// One server group.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GroupSnapshot {
+    /// Its name.
+    pub name: String,
+    /// The selection method.
+    pub method: String,
+    /// The monitor's name, if any.
+    pub monitor: Option<String>,
+    /// The persistence kind (`cookie`, `source-ip`), if any.
+    pub persistence: Option<String>,
+    /// Requests.
+    pub requests: u64,
+    /// Requests that waited in the surge queue.
+    pub queued: u64,
+    /// Requests waiting now.
+    pub waiting: u64,
+    /// 503s from a full queue or its timeout.
+    pub queue_rejected: u64,
+    /// 503s because no server was up.
+    pub no_server: u64,
+    /// Requests sent by persistence.
+    pub persisted: u64,
+    /// Persisted requests moved to another server.
+    pub persistence_failovers: u64,
+    /// The servers.
+    pub servers: Vec<ServerSnapshot>,
+}
+
+/// One server.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerSnapshot {
+    /// Its name.
+    pub name: String,
+    /// Its address.
+    pub address: String,
+    /// Its weight.
+    pub weight: u32,
+    /// Its request limit (0 = none).
+    pub max_connections: u32,
+    /// A backup server.
+    pub backup: bool,
+    /// `enabled`, `disabled` or `draining`.
+    pub admin_state: String,
+    /// `up` or `down`.
+    pub health: String,
+    /// Requests.
+    pub requests: u64,
+    /// Requests in flight.
+    pub active: u64,
+    /// Responses by class.
+    pub responses: [u64; 5],
+    /// Failed connection attempts.
+    pub connect_failures: u64,
+    /// Failed requests after connecting.
+    pub failures: u64,
+    /// Requests tried again elsewhere.
+    pub retries: u64,
+    /// Connections opened.
+    pub connections_opened: u64,
+    /// Requests on reused connections.
+    pub reused: u64,
+    /// Idle pooled connections now.
+    pub idle_connections: u64,
+    /// `reused / requests` (0 when no request).
+    pub reuse_ratio: f64,
+    /// Bytes to the server.
+    pub bytes_out: u64,
+    /// Bytes from the server.
+    pub bytes_in: u64,
+    /// Time to response header.
+    pub latency: HistogramSnapshot,
+    /// Health checks passed.
+    pub checks_ok: u64,
+    /// Health checks failed.
+    pub checks_failed: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_and_quantiles() {
+        let h = Histogram::default();
+        h.record(Duration::from_micros(300));
+        h.record(Duration::from_millis(3));
+        h.record(Duration::from_millis(3));
+        h.record(Duration::from_secs(60));
+        let s = h.snapshot();
+        assert_eq!(s.count(), 4);
+        assert_eq!(s.counts[0], 1);
+        assert_eq!(s.counts[3], 2);
+        assert_eq!(s.counts[LATENCY_BUCKETS.len()], 1);
+        assert_eq!(s.quantile(0.5), Some(0.005));
+        assert_eq!(s.quantile(1.0), Some(f64::INFINITY));
+        assert!((s.sum_seconds - 60.0063).abs() < 1e-9);
+        assert_eq!(HistogramSnapshot::default().quantile(0.5), None);
+    }
+
+    #[test]
+    fn status_classes_and_gauge_floor() {
+        let s = StatusCounters::default();
+        for code in [100, 200, 204, 301, 404, 503, 700] {
+            s.record(code);
+        }
+        assert_eq!(s.snapshot(), [1, 2, 1, 1, 2]);
+        let g = Gauge::default();
+        g.dec();
+        assert_eq!(g.get(), 0);
+        g.inc();
+        g.inc();
+        g.dec();
+        assert_eq!(g.get(), 1);
+    }
+}

@@ -1,0 +1,959 @@
+//! End-to-end tests of the ADC against real `headway origin` servers on loopback: real sockets,
+//! real HTTP clients, the proxy as `headway run` starts it (from a TOML config).
+//!
+//! Every wait is on a condition with a deadline; nothing here measures speed.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use headway_config::Config;
+use headway_core::SystemClock;
+use headway_lb::health::AdminState;
+use headway_origin::OriginConfig;
+use headway_proxy::{AdcSnapshot, Proxy};
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A `headway origin` on a loopback port, named so responses say who answered.
+struct Origin {
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Origin {
+    async fn start(name: &str, latency: Duration) -> Origin {
+        Origin::start_on("127.0.0.1:0".parse().unwrap(), name, latency).await
+    }
+
+    async fn start_on(addr: SocketAddr, name: &str, latency: Duration) -> Origin {
+        let listener = headway_origin::listen(addr).await.expect("origin listens");
+        let addr = listener.local_addr().unwrap();
+        let cfg = OriginConfig {
+            listen: addr,
+            latency,
+            name: Some(name.to_string()),
+            ..OriginConfig::default()
+        };
+        let task = tokio::spawn(async move {
+            let _ = headway_origin::serve(listener, cfg, std::future::pending()).await;
+        });
+        Origin { addr, task }
+    }
+
+    /// Kills the server at once: listener and connections gone.
+    fn kill(&self) {
+        self.task.abort();
+    }
+}
+
+/// Starts the proxy from config text; returns it and its first virtual server's address.
+async fn proxy(text: &str) -> (Proxy, SocketAddr) {
+    let cfg = Config::parse(text, "test.toml").unwrap_or_else(|e| panic!("{e}"));
+    let p = Proxy::start(cfg.adc, 7).await.expect("proxy starts");
+    let addr = p.bound_addrs()[0].1;
+    (p, addr)
+}
+
+fn group(name: &str, extra: &str, servers: &[(SocketAddr, &str)]) -> String {
+    let mut s = format!("[[server_group]]\nname = \"{name}\"\n{extra}\n");
+    for (addr, more) in servers {
+        s.push_str(&format!(
+            "[[server_group.server]]\naddress = \"{addr}\"\n{more}\n"
+        ));
+    }
+    s
+}
+
+fn vs(group: &str, extra: &str) -> String {
+    format!(
+        "[[virtual_server]]\nname = \"front\"\nkind = \"http\"\nlisten = \"127.0.0.1:0\"\ngroup = \"{group}\"\n{extra}\n"
+    )
+}
+
+type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
+
+fn client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+struct Answer {
+    status: u16,
+    headers: http::HeaderMap,
+    body: Bytes,
+}
+
+impl Answer {
+    fn origin(&self) -> String {
+        self.headers
+            .get("x-origin")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default()
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+async fn send(
+    c: &HttpClient,
+    method: &str,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &'static [u8],
+) -> Result<Answer, String> {
+    let mut b = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let resp = c
+        .request(b.body(Full::new(Bytes::from_static(body))).unwrap())
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok(Answer {
+        status,
+        headers,
+        body,
+    })
+}
+
+async fn get(c: &HttpClient, addr: SocketAddr, path: &str) -> Answer {
+    send(c, "GET", addr, path, &[], b"").await.expect("request")
+}
+
+/// Waits (bounded) until `f` holds on the proxy's snapshot.
+async fn until(p: &Proxy, what: &str, f: impl Fn(&AdcSnapshot) -> bool) {
+    let deadline = SystemClock::now() + Duration::from_secs(20);
+    loop {
+        if f(&p.snapshot()) {
+            return;
+        }
+        assert!(
+            SystemClock::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn health(s: &AdcSnapshot, group: &str, server: usize) -> String {
+    let g = s.groups.iter().find(|g| g.name == group).unwrap();
+    g.servers[server].health.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weighted_round_robin_gives_three_to_one() {
+    let a = Origin::start("a", Duration::ZERO).await;
+    let b = Origin::start("b", Duration::ZERO).await;
+    let text = format!(
+        "{}{}",
+        group("g", "", &[(a.addr, "weight = 3"), (b.addr, "weight = 1")]),
+        vs("g", "")
+    );
+    let (_p, addr) = proxy(&text).await;
+    let c = client();
+    let mut counts: HashMap<String, u32> = HashMap::new();
+    for _ in 0..4000 {
+        *counts
+            .entry(get(&c, addr, "/healthz").await.origin())
+            .or_default() += 1;
+    }
+    let share = f64::from(counts["a"]) / 4000.0;
+    assert!(
+        (share - 0.75).abs() <= 0.05 * 0.75,
+        "a got {share:.3}: {counts:?}"
+    );
+    assert_eq!(counts["a"] + counts["b"], 4000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_connection_sends_new_requests_away_from_a_slow_server() {
+    let fast = Origin::start("fast", Duration::ZERO).await;
+    let slow = Origin::start("slow", Duration::from_millis(400)).await;
+    let text = format!(
+        "{}{}",
+        group(
+            "g",
+            "method = \"least-connection\"",
+            &[(fast.addr, ""), (slow.addr, "")]
+        ),
+        vs("g", "")
+    );
+    let (_p, addr) = proxy(&text).await;
+    let c = client();
+    // 8 clients, each sending requests back to back for a while: the slow server holds its
+    // requests long, so least connection keeps choosing the fast one.
+    let counts = Arc::new(parking_lot::Mutex::new(HashMap::<String, u32>::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (c, counts) = (c.clone(), counts.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..40 {
+                let a = get(&c, addr, "/healthz").await;
+                assert_eq!(a.status, 200);
+                *counts.lock().entry(a.origin()).or_default() += 1;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let counts = counts.lock().clone();
+    let fast_share = f64::from(counts["fast"]) / 320.0;
+    // Round robin would give 0.5; least connection gives the slow server only what arrives
+    // while it has no more requests than the fast one.
+    assert!(fast_share > 0.9, "fast got {fast_share:.3}: {counts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cookie_persistence_holds_and_fails_over_when_its_server_dies() {
+    let a = Origin::start("a", Duration::ZERO).await;
+    let b = Origin::start("b", Duration::ZERO).await;
+    let text = format!(
+        "{}{}",
+        group(
+            "g",
+            "method = \"least-connection\"\n[server_group.persistence]\nkind = \"cookie\"\ncookie = \"SRV\"",
+            &[(a.addr, "name = \"a\""), (b.addr, "name = \"b\"")]
+        ),
+        vs("g", "")
+    );
+    let (p, addr) = proxy(&text).await;
+    let c = client();
+    let first = get(&c, addr, "/healthz").await;
+    let set = first.headers["set-cookie"].to_str().unwrap().to_string();
+    assert!(set.starts_with("SRV=") && set.contains("HttpOnly"), "{set}");
+    let cookie = set.split(';').next().unwrap().to_string();
+    let home = first.origin();
+    for _ in 0..1000 {
+        let r = send(&c, "GET", addr, "/healthz", &[("cookie", &cookie)], b"")
+            .await
+            .unwrap();
+        assert_eq!(r.origin(), home, "persistence broke");
+        assert!(!r.headers.contains_key("set-cookie"), "cookie set again");
+    }
+    // The persisted server dies: the next request goes to the other one (connect failure,
+    // retried elsewhere) and gets that server's cookie.
+    if home == "a" {
+        a.kill()
+    } else {
+        b.kill()
+    }
+    let r = send(&c, "GET", addr, "/healthz", &[("cookie", &cookie)], b"")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_ne!(r.origin(), home);
+    let new_cookie = r.headers["set-cookie"].to_str().unwrap();
+    assert_ne!(new_cookie.split(';').next().unwrap(), cookie);
+    let g = &p.snapshot().groups[0];
+    assert_eq!(g.persistence_failovers, 1, "{g:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_server_is_marked_down_within_interval_times_fall_and_up_after_rise() {
+    let a = Origin::start("a", Duration::ZERO).await;
+    let b = Origin::start("b", Duration::ZERO).await;
+    let text = format!(
+        "[[monitor]]\nname = \"m\"\nkind = \"http\"\npath = \"/healthz\"\nexpect_body = \"ok\"\ninterval = \"200ms\"\ntimeout = \"150ms\"\nfall = 3\nrise = 2\n{}{}",
+        group("g", "monitor = \"m\"", &[(a.addr, ""), (b.addr, "")]),
+        vs("g", "")
+    );
+    let (p, addr) = proxy(&text).await;
+    until(&p, "first checks", |s| {
+        s.groups[0].servers[0].checks_ok >= 1
+    })
+    .await;
+    let killed_at = SystemClock::now();
+    let failed_before = p.snapshot().groups[0].servers[0].checks_failed;
+    a.kill();
+    until(&p, "a down", |s| health(s, "g", 0) == "down").await;
+    let took = SystemClock::now() - killed_at;
+    let s = p.snapshot();
+    // Down on exactly the `fall`-th failed check, so within interval × fall (plus the check
+    // that may have been in flight at the kill).
+    assert_eq!(s.groups[0].servers[0].checks_failed - failed_before, 3);
+    assert!(
+        took <= Duration::from_millis(200 * 4),
+        "marked down after {took:?}"
+    );
+    // Requests all go to b now, none fails.
+    let c = client();
+    for _ in 0..20 {
+        let r = get(&c, addr, "/healthz").await;
+        assert_eq!((r.status, r.origin().as_str()), (200, "b"));
+    }
+    // a comes back on the same port: up after `rise` good checks.
+    let _a = Origin::start_on(a.addr, "a", Duration::ZERO).await;
+    let ok_before = p.snapshot().groups[0].servers[0].checks_ok;
+    until(&p, "a up", |s| health(s, "g", 0) == "up").await;
+    assert_eq!(p.snapshot().groups[0].servers[0].checks_ok - ok_before, 2);
+    let mut seen_a = false;
+    for _ in 0..10 {
+        seen_a |= get(&c, addr, "/healthz").await.origin() == "a";
+    }
+    assert!(seen_a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draining_finishes_in_flight_requests_and_takes_no_new_clients() {
+    let slow = Origin::start("slow", Duration::from_millis(600)).await;
+    let other = Origin::start("other", Duration::ZERO).await;
+    let text = format!(
+        "{}{}",
+        group(
+            "g",
+            "",
+            &[
+                (slow.addr, "name = \"slow\""),
+                (other.addr, "name = \"other\"")
+            ]
+        ),
+        vs("g", "")
+    );
+    let (p, addr) = proxy(&text).await;
+    let c = client();
+    // Start requests until one is in flight on the slow server.
+    let mut in_flight = Vec::new();
+    for _ in 0..2 {
+        let c = c.clone();
+        in_flight.push(tokio::spawn(async move { get(&c, addr, "/healthz").await }));
+    }
+    until(&p, "a request on the slow server", |s| {
+        s.groups[0].servers[0].active == 1
+    })
+    .await;
+    p.set_server_state("g", "slow", AdminState::Draining)
+        .unwrap();
+    for _ in 0..10 {
+        assert_eq!(get(&c, addr, "/healthz").await.origin(), "other");
+    }
+    let mut slow_done = 0;
+    for t in in_flight {
+        let r = t.await.unwrap();
+        assert_eq!(r.status, 200);
+        slow_done += u32::from(r.origin() == "slow");
+    }
+    assert_eq!(
+        slow_done, 1,
+        "the in-flight request on the draining server finished"
+    );
+    assert_eq!(p.snapshot().groups[0].servers[0].admin_state, "draining");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_server_down_gives_503_with_a_clear_body() {
+    // Nothing listens on these ports.
+    let dead: Vec<SocketAddr> = {
+        let ls = [
+            TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        ];
+        ls.iter().map(|l| l.local_addr().unwrap()).collect()
+    };
+    let text = format!(
+        "[[monitor]]\nname = \"m\"\nkind = \"tcp\"\ninterval = \"100ms\"\nfall = 1\n{}{}{}",
+        group(
+            "checked",
+            "monitor = \"m\"",
+            &[(dead[0], ""), (dead[1], "")]
+        ),
+        group("unchecked", "retries = 1", &[(dead[0], ""), (dead[1], "")]),
+        vs(
+            "checked",
+            "[[virtual_server.rule]]\npath_prefix = \"/u\"\ngroup = \"unchecked\""
+        )
+    );
+    let (p, addr) = proxy(&text).await;
+    until(&p, "both down", |s| {
+        health(s, "checked", 0) == "down" && health(s, "checked", 1) == "down"
+    })
+    .await;
+    let c = client();
+    let r = get(&c, addr, "/x").await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.text(), "no server of group checked is available\n");
+    assert_eq!(r.headers["retry-after"], "1");
+    // Without a monitor the servers count as up; connecting fails on each: 503 too.
+    let r = get(&c, addr, "/u").await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.text(), "no server could be reached\n");
+    let g = p
+        .snapshot()
+        .groups
+        .into_iter()
+        .find(|g| g.name == "unchecked")
+        .unwrap();
+    assert_eq!(g.servers.iter().map(|s| s.connect_failures).sum::<u64>(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn surge_queue_holds_requests_up_to_its_size_then_refuses() {
+    let slow = Origin::start("slow", Duration::from_millis(300)).await;
+    let text = format!(
+        "{}{}",
+        group(
+            "g",
+            "surge_queue = 2\nqueue_timeout = \"10s\"",
+            &[(slow.addr, "max_connections = 1")]
+        ),
+        vs("g", "")
+    );
+    let (p, addr) = proxy(&text).await;
+    let c = client();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            get(&c, addr, "/healthz").await.status
+        }));
+        // One at a time into the proxy, so the order is: served, queued, queued, refused.
+        let n = tasks.len() as u64;
+        until(&p, "the request to arrive", |s| {
+            let g = &s.groups[0];
+            g.servers[0].active + g.waiting + g.queue_rejected >= n
+        })
+        .await;
+    }
+    let mut statuses = Vec::new();
+    for t in tasks {
+        statuses.push(t.await.unwrap());
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 200, 503]);
+    let g = &p.snapshot().groups[0];
+    assert_eq!(
+        (g.queued, g.queue_rejected, g.servers[0].requests),
+        (2, 1, 3)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_request_gets_503_after_the_queue_timeout() {
+    let slow = Origin::start("slow", Duration::from_millis(1500)).await;
+    let text = format!(
+        "{}{}",
+        group(
+            "g",
+            "surge_queue = 10\nqueue_timeout = \"200ms\"",
+            &[(slow.addr, "max_connections = 1")]
+        ),
+        vs("g", "")
+    );
+    let (p, addr) = proxy(&text).await;
+    let c = client();
+    let first = {
+        let c = c.clone();
+        tokio::spawn(async move { get(&c, addr, "/healthz").await.status })
+    };
+    until(&p, "the first request", |s| {
+        s.groups[0].servers[0].active == 1
+    })
+    .await;
+    let r = get(&c, addr, "/healthz").await;
+    assert_eq!(r.status, 503);
+    assert!(r.text().contains("busy"), "{}", r.text());
+    assert_eq!(first.await.unwrap(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_servers_serve_only_when_every_primary_is_down() {
+    let primary = Origin::start("primary", Duration::ZERO).await;
+    let backup = Origin::start("backup", Duration::ZERO).await;
+    let text = format!(
+        "[[monitor]]\nname = \"m\"\nkind = \"tcp\"\ninterval = \"100ms\"\nfall = 1\nrise = 1\n{}{}",
+        group(
+            "g",
+            "monitor = \"m\"",
+            &[(primary.addr, ""), (backup.addr, "backup = true")]
+        ),
+        vs("g", "")
+    );
+    let (p, addr) = proxy(&text).await;
+    let c = client();
+    for _ in 0..20 {
+        assert_eq!(get(&c, addr, "/healthz").await.origin(), "primary");
+    }
+    primary.kill();
+    until(&p, "primary down", |s| health(s, "g", 0) == "down").await;
+    for _ in 0..20 {
+        assert_eq!(get(&c, addr, "/healthz").await.origin(), "backup");
+    }
+    let _primary = Origin::start_on(primary.addr, "primary", Duration::ZERO).await;
+    until(&p, "primary up", |s| health(s, "g", 0) == "up").await;
+    for _ in 0..20 {
+        assert_eq!(get(&c, addr, "/healthz").await.origin(), "primary");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_switching_sends_each_rule_to_its_group() {
+    let names = ["default", "mysite", "images", "api", "beta", "posts"];
+    let mut origins = Vec::new();
+    let mut text = String::new();
+    for n in names {
+        let o = Origin::start(n, Duration::ZERO).await;
+        text.push_str(&group(n, "", &[(o.addr, "")]));
+        origins.push(o);
+    }
+    text.push_str(&vs(
+        "default",
+        "[[virtual_server.rule]]\nname = \"mysite\"\npath_contains = \"/_layouts/MySite.aspx\"\ngroup = \"mysite\"\n\
+         [[virtual_server.rule]]\npath_extension = [\"jpg\", \"gif\"]\ngroup = \"images\"\n\
+         [[virtual_server.rule]]\nhost = \"*.api.example\"\ngroup = \"api\"\n\
+         [[virtual_server.rule]]\nheader = { name = \"X-Beta\", value = \"1\" }\ngroup = \"beta\"\n\
+         [[virtual_server.rule]]\nmethod = [\"POST\"]\npath_prefix = \"/echo\"\ngroup = \"posts\"\n",
+    ));
+    let (_p, addr) = proxy(&text).await;
+    let c = client();
+    type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case<'_>; 7] = [
+        ("GET", "/", &[], "default"),
+        ("GET", "/sites/x/_layouts/MySite.aspx?a=1", &[], "mysite"),
+        ("GET", "/img/logo.GIF", &[], "images"),
+        ("GET", "/", &[("host", "eu.api.example")], "api"),
+        ("GET", "/", &[("x-beta", "1")], "beta"),
+        ("POST", "/echo", &[], "posts"),
+        ("GET", "/echo", &[], "default"),
+    ];
+    for (m, path, h, want) in cases {
+        let r = send(&c, m, addr, path, h, b"").await.unwrap();
+        assert_eq!(r.origin(), want, "{m} {path} {h:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_headers_and_header_rules_reach_the_server() {
+    let o = Origin::start("o", Duration::ZERO).await;
+    let text = format!(
+        "{}{}",
+        group("g", "", &[(o.addr, "")]),
+        vs(
+            "g",
+            "forwarded = true\n[virtual_server.request_headers]\nset = { \"X-Env\" = \"lab\" }\nremove = [\"X-Secret\"]\n\
+             [virtual_server.response_headers]\nremove = [\"X-Origin\"]\nadd = { \"X-Via\" = \"headway\" }\n"
+        )
+    );
+    let (_p, addr) = proxy(&text).await;
+    let c = client();
+    let r = send(
+        &c,
+        "GET",
+        addr,
+        "/echo",
+        &[
+            ("x-forwarded-for", "203.0.113.9"),
+            ("x-secret", "1"),
+            ("host", "www.example"),
+        ],
+        b"",
+    )
+    .await
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let h = &v["headers"];
+    assert_eq!(h["x-forwarded-for"][0], "203.0.113.9, 127.0.0.1");
+    assert_eq!(h["x-forwarded-proto"][0], "http");
+    assert_eq!(
+        h["forwarded"][0],
+        "for=127.0.0.1;proto=http;host=\"www.example\""
+    );
+    assert_eq!(h["x-env"][0], "lab");
+    assert_eq!(h["host"][0], "www.example");
+    assert!(h.get("x-secret").is_none());
+    assert!(!r.headers.contains_key("x-origin"));
+    assert_eq!(r.headers["x-via"], "headway");
+}
+
+/// A server that accepts and closes every connection without answering (a reset before any
+/// response byte); counts connections.
+async fn closing_server() -> (SocketAddr, Arc<AtomicU64>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let n = Arc::new(AtomicU64::new(0));
+    let count = n.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            // Read the request, then close without a byte of response.
+            let mut buf = [0u8; 4096];
+            let _ = tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await;
+            drop(s);
+        }
+    });
+    (addr, n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_requests_are_retried_elsewhere_and_posts_are_not() {
+    let (bad, accepted) = closing_server().await;
+    let good = Origin::start("good", Duration::ZERO).await;
+    let text = format!(
+        "{}{}",
+        group(
+            "g",
+            "retries = 1\npool_max_idle = 0",
+            &[(bad, "weight = 1000"), (good.addr, "weight = 1")]
+        ),
+        vs("g", "")
+    );
+    let (p, addr) = proxy(&text).await;
+    let c = client();
+    for _ in 0..5 {
+        let r = get(&c, addr, "/echo").await;
+        assert_eq!((r.status, r.origin().as_str()), (200, "good"));
+    }
+    let gets_to_bad = accepted.load(Ordering::SeqCst);
+    assert_eq!(gets_to_bad, 5, "each GET tried the closing server first");
+    let mut posts = Vec::new();
+    for _ in 0..5 {
+        posts.push(
+            send(&c, "POST", addr, "/echo", &[], b"payload")
+                .await
+                .unwrap()
+                .status,
+        );
+    }
+    assert_eq!(
+        posts, [502; 5],
+        "a POST the server may have seen is not sent again"
+    );
+    assert_eq!(accepted.load(Ordering::SeqCst) - gets_to_bad, 5);
+    let s = p.snapshot();
+    assert_eq!(s.groups[0].servers[0].retries, 5);
+    assert_eq!(s.groups[0].servers[1].requests, 5);
+}
+
+/// Sends raw bytes on a new connection and reads until the proxy closes it.
+async fn raw(addr: SocketAddr, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("the proxy closes the connection");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ambiguous_framing_is_refused_and_never_forwarded() {
+    let o = Origin::start("o", Duration::ZERO).await;
+    let text = format!(
+        "{}{}",
+        group("g", "", &[(o.addr, "")]),
+        vs("g", "max_header_bytes = \"4KiB\"")
+    );
+    let (p, addr) = proxy(&text).await;
+    let cases: [&[u8]; 5] = [
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+    ];
+    for case in cases {
+        let out = raw(addr, case).await;
+        assert!(
+            out.starts_with("HTTP/1.1 400"),
+            "{:?} → {out:?}",
+            String::from_utf8_lossy(case)
+        );
+        assert_eq!(
+            out.matches("HTTP/1.1").count(),
+            1,
+            "one response, then closed: {out}"
+        );
+    }
+    assert_eq!(
+        p.snapshot().groups[0].servers[0].requests,
+        0,
+        "nothing reached the server"
+    );
+    // Pipelined behind a good request: the good one is answered, then the 400, then close.
+    let out = raw(
+        addr,
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nPOST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+    let second = out.find("HTTP/1.1 400").expect("then a 400");
+    assert!(
+        out[second..].contains("both Content-Length and Transfer-Encoding"),
+        "{out}"
+    );
+    assert_eq!(p.snapshot().groups[0].servers[0].requests, 1);
+    // Oversized header: 431.
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(5000)
+    );
+    let out = raw(addr, big.as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 431"), "{out}");
+    // A good request on the same proxy still works.
+    let r = get(&client(), addr, "/healthz").await;
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_header_clients_do_not_stop_normal_clients() {
+    let o = Origin::start("o", Duration::ZERO).await;
+    let text = format!(
+        "{}{}",
+        group("g", "", &[(o.addr, "")]),
+        vs("g", "request_header_timeout = \"1s\"")
+    );
+    let (p, addr) = proxy(&text).await;
+    // 200 connections that send a header one byte at a time, slowly (bounded: 3 s).
+    let mut slow = Vec::new();
+    for _ in 0..200 {
+        slow.push(tokio::spawn(async move {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            for b in b"GET / HTTP/1.1\r\nX-Slow: 1" {
+                if s.write_all(&[*b]).await.is_err() {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            // By now the header timeout has closed the connection.
+            let mut buf = [0u8; 64];
+            matches!(
+                tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await,
+                Ok(Ok(0)) | Ok(Err(_))
+            )
+        }));
+    }
+    let c = client();
+    for _ in 0..200 {
+        assert_eq!(get(&c, addr, "/healthz").await.status, 200);
+    }
+    for t in slow {
+        assert!(t.await.unwrap(), "a slow-header connection was not closed");
+    }
+    assert_eq!(p.snapshot().virtual_servers[0].requests, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloads_under_load_fail_no_request() {
+    let a = Origin::start("a", Duration::ZERO).await;
+    let b = Origin::start("b", Duration::ZERO).await;
+    let cfg = |weight: u32, rule: bool| {
+        format!(
+            "{}{}{}",
+            group(
+                "g",
+                "",
+                &[(a.addr, &format!("weight = {weight}")), (b.addr, "")]
+            ),
+            group("h", "", &[(b.addr, "")]),
+            vs(
+                "g",
+                if rule {
+                    "[[virtual_server.rule]]\npath_prefix = \"/echo\"\ngroup = \"h\""
+                } else {
+                    ""
+                }
+            )
+        )
+    };
+    let (p, addr) = proxy(&cfg(1, false)).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let failures = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let mut load = Vec::new();
+    for i in 0..8 {
+        let (stop, failures, done) = (stop.clone(), failures.clone(), done.clone());
+        // Half the clients keep their connections, half open one per request.
+        let c = if i % 2 == 0 {
+            client()
+        } else {
+            Client::builder(TokioExecutor::new())
+                .pool_max_idle_per_host(0)
+                .build_http()
+        };
+        load.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                match send(&c, "GET", addr, "/echo", &[], b"").await {
+                    Ok(r) if r.status == 200 => {}
+                    _ => {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for i in 0..10u32 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let text = cfg(1 + i % 3, i % 2 == 0);
+        let c = Config::parse(&text, "test.toml").unwrap();
+        p.replace(c.adc).await.expect("reload applies");
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in load {
+        t.await.unwrap();
+    }
+    assert_eq!(p.snapshot().generation, 11);
+    assert!(done.load(Ordering::Relaxed) > 100);
+    assert_eq!(failures.load(Ordering::Relaxed), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_under_load_fails_only_its_in_flight_posts() {
+    let a = Origin::start("a", Duration::from_millis(20)).await;
+    let b = Origin::start("b", Duration::from_millis(20)).await;
+    let text = format!(
+        "{}{}",
+        group("g", "retries = 2", &[(a.addr, ""), (b.addr, "")]),
+        vs("g", "")
+    );
+    let (_p, addr) = proxy(&text).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let get_failures = Arc::new(AtomicU64::new(0));
+    let post_failures = Arc::new(AtomicU64::new(0));
+    let mut load = Vec::new();
+    const POSTERS: u64 = 4;
+    for i in 0..8 {
+        let (stop, gf, pf) = (stop.clone(), get_failures.clone(), post_failures.clone());
+        let c = client();
+        load.push(tokio::spawn(async move {
+            let post = i < POSTERS;
+            while !stop.load(Ordering::Relaxed) {
+                let (m, body): (&str, &'static [u8]) = if post {
+                    ("POST", b"data")
+                } else {
+                    ("GET", b"")
+                };
+                let ok =
+                    matches!(send(&c, m, addr, "/echo", &[], body).await, Ok(r) if r.status == 200);
+                if !ok {
+                    if post { &pf } else { &gf }.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    a.kill();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in load {
+        t.await.unwrap();
+    }
+    assert_eq!(
+        get_failures.load(Ordering::Relaxed),
+        0,
+        "GETs are retried elsewhere"
+    );
+    // At most one POST per posting client was in flight on the killed server.
+    assert!(post_failures.load(Ordering::Relaxed) <= POSTERS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_virtual_servers_carry_bytes_and_half_close() {
+    // An echo server that answers after the client's FIN, proving the half-close passed.
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let echo = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut all = Vec::new();
+                s.read_to_end(&mut all).await.unwrap();
+                s.write_all(&all).await.unwrap();
+            });
+        }
+    });
+    let text = format!(
+        "{}[[virtual_server]]\nname = \"l4\"\nkind = \"tcp\"\nlisten = \"127.0.0.1:0\"\ngroup = \"g\"\n",
+        group("g", "", &[(echo, "")])
+    );
+    let (p, addr) = proxy(&text).await;
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let (mut r, mut w) = s.split();
+    let send = async {
+        w.write_all(&data).await.unwrap();
+        w.shutdown().await.unwrap();
+    };
+    let mut back = Vec::new();
+    let recv = r.read_to_end(&mut back);
+    let (_, n) = tokio::join!(send, recv);
+    assert_eq!(n.unwrap(), data.len());
+    assert_eq!(back, data);
+    until(&p, "the connection to end", |s| {
+        s.virtual_servers[0].active_connections == 0
+    })
+    .await;
+    let v = &p.snapshot().virtual_servers[0];
+    assert_eq!((v.bytes_in, v.bytes_out), (3_000_000, 3_000_000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_connections_are_reused_across_clients() {
+    let o = Origin::start("o", Duration::ZERO).await;
+    let text = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", ""));
+    let (p, addr) = proxy(&text).await;
+    // 200 clients, one request each on its own connection.
+    for _ in 0..200 {
+        let c = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(0)
+            .build_http::<Full<Bytes>>();
+        assert_eq!(get(&c, addr, "/healthz").await.status, 200);
+    }
+    let s = &p.snapshot().groups[0].servers[0];
+    assert_eq!(s.requests, 200);
+    assert!(s.connections_opened <= 2, "{s:?}");
+    assert!(s.reuse_ratio >= 0.99, "{s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_reload_is_refused_and_the_running_config_stays() {
+    let o = Origin::start("o", Duration::ZERO).await;
+    let text = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", ""));
+    let (p, addr) = proxy(&text).await;
+    // A listen address another socket holds: the reload fails, nothing changes.
+    let squatter = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let taken = squatter.local_addr().unwrap();
+    let bad = text.replace("\"127.0.0.1:0\"", &format!("\"{taken}\""));
+    let c = Config::parse(&bad, "test.toml").unwrap();
+    let e = p.replace(c.adc).await.unwrap_err();
+    assert!(e.to_string().contains("cannot listen"), "{e}");
+    assert_eq!(p.snapshot().generation, 1);
+    assert_eq!(p.snapshot().reloads_failed, 1);
+    assert_eq!(get(&client(), addr, "/healthz").await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_prior_knowledge_works_beside_http1() {
+    let o = Origin::start("o", Duration::ZERO).await;
+    let text = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", ""));
+    let (_p, addr) = proxy(&text).await;
+    let c = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<Bytes>>();
+    for _ in 0..20 {
+        let r = send(&c, "GET", addr, "/echo", &[], b"").await.unwrap();
+        assert_eq!(r.status, 200);
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        // HTTP/1.1 to the server, with a Host header made from the :authority.
+        assert_eq!(v["headers"]["host"][0], addr.to_string());
+    }
+}
