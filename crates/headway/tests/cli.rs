@@ -890,3 +890,152 @@ fn wanopt_mistakes_exit_64_with_one_line_before_ready() {
     );
     assert!(plain.terminate().success());
 }
+
+/// The ADC config of the binary tests: one HTTP virtual server in front of `server`.
+fn adc_config(admin: u16, listen: u16, server: std::net::SocketAddr, extra: &str) -> String {
+    format!(
+        "[admin]\nlisten = \"127.0.0.1:{admin}\"\n\n[runtime]\nworkers = 2\n\n\
+         [[monitor]]\nname = \"tcp\"\nkind = \"tcp\"\ninterval = \"200ms\"\n\n\
+         [[server_group]]\nname = \"web\"\nmethod = \"least-connection\"\nmonitor = \"tcp\"\n\
+         [[server_group.server]]\nname = \"s1\"\naddress = \"{server}\"\n\n\
+         [[virtual_server]]\nname = \"front\"\nkind = \"http\"\nlisten = \"127.0.0.1:{listen}\"\ngroup = \"web\"\n{extra}"
+    )
+}
+
+#[test]
+fn adc_serves_and_is_operated_live_through_ctl_sighup_and_the_admin_api() {
+    let dir = TempDir::new("adc");
+    let server: std::net::SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
+    let _origin = origin(server);
+    let (admin, listen) = (free_port(false), free_port(false));
+    let admin_url = format!("127.0.0.1:{admin}");
+    let front: std::net::SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
+    let cfg = dir.path().join("adc.toml");
+    std::fs::write(&cfg, adc_config(admin, listen, server, "")).unwrap();
+    let out = headway_ok(&["check", "-c", cfg.to_str().unwrap()]);
+    assert!(out.contains("virtual server front (http)"), "{out}");
+    let running = run_until_ready(&cfg);
+
+    let f = headway_origin::fetch_blocking(front, "/corpus/doc/100KiB").unwrap();
+    assert_eq!((f.status, f.bytes), (200, 100 * 1024));
+    let table = headway_ok(&["ctl", "--admin", &admin_url, "adc"]);
+    assert!(table.contains("front") && table.contains("s1"), "{table}");
+
+    // Drain through ctl: the state shows, and requests still succeed (no other server, so
+    // the drained one is not chosen: 503 with a clear body).
+    let out = headway_ok(&["ctl", "--admin", &admin_url, "server", "drain", "web", "s1"]);
+    assert!(out.contains("draining"), "{out}");
+    let f = headway_origin::fetch_blocking(front, "/healthz").unwrap();
+    assert_eq!(f.status, 503);
+    headway_ok(&[
+        "ctl", "--admin", &admin_url, "server", "enable", "web", "s1",
+    ]);
+    assert_eq!(
+        headway_origin::fetch_blocking(front, "/healthz")
+            .unwrap()
+            .status,
+        200
+    );
+
+    // A new rule in the file, applied by SIGHUP.
+    std::fs::write(
+        &cfg,
+        adc_config(
+            admin,
+            listen,
+            server,
+            "[[virtual_server.rule]]\nname = \"docs\"\npath_prefix = \"/files/\"\ngroup = \"web\"\n",
+        ),
+    )
+    .unwrap();
+    let _ = Command::new("kill")
+        .args(["-HUP", &running.0.id().to_string()])
+        .status();
+    let deadline = SystemClock::now() + Duration::from_secs(20);
+    loop {
+        let json = headway_ok(&["ctl", "--admin", &admin_url, "adc", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        if v["generation"] == 2 {
+            assert_eq!(v["virtual_servers"][0]["rules"][0][0], "docs");
+            break;
+        }
+        assert!(
+            SystemClock::now() < deadline,
+            "SIGHUP reload never applied: {json}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // A bad config through ctl is refused with its line; generation 2 keeps running.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        adc_config(admin, listen, server, "").replace("least-connection", "least-connections"),
+    )
+    .unwrap();
+    let out = headway(&[
+        "ctl",
+        "--admin",
+        &admin_url,
+        "config",
+        "replace",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains(":14:10: group `web`: unknown method"), "{err}");
+    assert!(err.contains("did you mean `least-connection`"), "{err}");
+    let shown = headway_ok(&["ctl", "--admin", &admin_url, "config", "show"]);
+    assert!(shown.contains("name = \"docs\""), "{shown}");
+    assert_eq!(
+        headway_origin::fetch_blocking(front, "/files/pdf_small")
+            .unwrap()
+            .status,
+        200
+    );
+
+    let metrics = headway_ok(&["ctl", "--admin", &admin_url, "metrics"]);
+    assert!(
+        metrics.contains("headway_adc_requests_total{virtual_server=\"front\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("headway_adc_reloads_failed_total 1"),
+        "{metrics}"
+    );
+    assert!(running.terminate().success());
+}
+
+#[test]
+fn adc_config_mistakes_exit_64_with_file_line_and_the_fix() {
+    let dir = TempDir::new("adc-bad");
+    let cfg = dir.path().join("adc.toml");
+    let server: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let cases = [
+        (
+            adc_config(1, 2, server, "").replace("group = \"web\"\n", "group = \"wbe\"\n"),
+            "adc.toml:24:9: unknown server group `wbe`",
+        ),
+        (
+            adc_config(1, 2, server, "").replace("kind = \"http\"", "kind = \"https\""),
+            "did you mean `http`",
+        ),
+        (
+            adc_config(1, 2, server, "max_headers = 0\n"),
+            "max_headers 0 is out of range: use 1 to 1000",
+        ),
+    ];
+    for (text, needle) in cases {
+        std::fs::write(&cfg, text).unwrap();
+        let out = headway(&["check", "-c", cfg.to_str().unwrap()]);
+        assert_usage_error(&out, needle);
+        let out = headway(&["run", "-c", cfg.to_str().unwrap()]);
+        assert_usage_error(&out, needle);
+    }
+    // A listen address in use: exit 64 before ready.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    std::fs::write(&cfg, adc_config(free_port(false), port, server, "")).unwrap();
+    let out = headway(&["run", "-c", cfg.to_str().unwrap()]);
+    assert_usage_error(&out, "cannot listen on 127.0.0.1:");
+}
