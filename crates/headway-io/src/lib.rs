@@ -18,6 +18,7 @@
 //! - [`sched`]: a scheduler hint (a short EEVDF time slice) for threads that must wake on time.
 //! - [`netns`]: moving the calling thread into a named network namespace (`/run/netns/NAME`).
 //! - [`transparent`]: `IP_TRANSPARENT` listeners for TPROXY interception.
+//! - [`splice`]: zero-copy socket-to-socket moves through a pipe (the ADC's L4 path).
 //!
 //! What it does not do: decide anything. It has no link model, no threads of its own and no
 //! policy; `headway-emulator` is its main user.
@@ -30,6 +31,7 @@ pub mod netns;
 pub mod offload;
 pub mod packet;
 pub mod sched;
+pub mod splice;
 pub mod timer;
 pub mod transparent;
 

@@ -8,6 +8,11 @@
 //! other direction goes on). The connection is closed when neither side has sent a byte for
 //! the virtual server's `client_idle_timeout`. The server slot is held for the connection's
 //! lifetime, so `max_connections` limits concurrent connections.
+//!
+//! Bytes move zero-copy: `splice(2)` from one socket into a pipe and from the pipe into the
+//! other socket ([`headway_io::splice::Pipe`]), so they never enter user space. If a pipe
+//! cannot be made (file descriptors exhausted), that connection falls back to a copy through a
+//! buffer.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -15,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headway_core::SystemClock;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::group::{Affinity, Lease};
@@ -85,19 +90,17 @@ pub async fn serve_connection(slot: Arc<Slot>, client: TcpStream, peer: SocketAd
             Relaxed,
         )
     };
-    let (mut cr, mut cw) = client.into_split();
-    let (mut sr, mut sw) = server.into_split();
     let srv = lease.server.clone();
-    let up = pipe(
-        &mut cr,
-        &mut sw,
+    let up = splice_one_way(
+        &client,
+        &server,
         &counters.bytes_in,
         &srv.counters.bytes_out,
         &touch,
     );
-    let down = pipe(
-        &mut sr,
-        &mut cw,
+    let down = splice_one_way(
+        &server,
+        &client,
         &counters.bytes_out,
         &srv.counters.bytes_in,
         &touch,
@@ -125,26 +128,92 @@ pub async fn serve_connection(slot: Arc<Slot>, client: TcpStream, peer: SocketAd
     drop(lease);
 }
 
-/// Copies `from` to `to` until end of stream, then shuts `to` down for writing (half-close).
-async fn pipe(
-    from: &mut (impl tokio::io::AsyncRead + Unpin),
-    to: &mut (impl tokio::io::AsyncWrite + Unpin),
+/// Moves `from`'s bytes to `to` until end of stream, then shuts `to` down for writing
+/// (half-close). Zero-copy through a pipe; a buffer copy if no pipe can be made.
+async fn splice_one_way(
+    from: &TcpStream,
+    to: &TcpStream,
+    a: &Counter,
+    b: &Counter,
+    touch: &impl Fn(),
+) {
+    match headway_io::splice::Pipe::new(BUF) {
+        Ok(mut p) => {
+            let mut eof = false;
+            loop {
+                if eof && p.held() == 0 {
+                    break;
+                }
+                let room = !eof && p.held() < BUF;
+                tokio::select! {
+                    r = from.readable(), if room => {
+                        if r.is_err() {
+                            break;
+                        }
+                        match from.try_io(Interest::READABLE, || p.fill(from)) {
+                            Ok(0) => eof = true,
+                            Ok(n) => {
+                                touch();
+                                a.add(n as u64);
+                                b.add(n as u64);
+                            }
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            Err(_) => break,
+                        }
+                    }
+                    r = to.writable(), if p.held() > 0 => {
+                        if r.is_err() {
+                            break;
+                        }
+                        match to.try_io(Interest::WRITABLE, || p.drain(to)) {
+                            Ok(_) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            Err(_) => break,
+                        }
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "no pipe for splice; copying through a buffer");
+            copy_one_way(from, to, a, b, touch).await;
+        }
+    }
+    let _ = socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
+}
+
+/// The buffer-copy fallback of [`splice_one_way`].
+async fn copy_one_way(
+    from: &TcpStream,
+    to: &TcpStream,
     a: &Counter,
     b: &Counter,
     touch: &impl Fn(),
 ) {
     let mut buf = vec![0u8; BUF];
     loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
+        if from.readable().await.is_err() {
+            return;
+        }
+        let n = match from.try_read(&mut buf) {
+            Ok(0) => return,
             Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => return,
         };
         touch();
-        if to.write_all(&buf[..n]).await.is_err() {
-            break;
+        let mut sent = 0;
+        while sent < n {
+            if to.writable().await.is_err() {
+                return;
+            }
+            match to.try_write(&buf[sent..n]) {
+                Ok(m) => sent += m,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
         }
         a.add(n as u64);
         b.add(n as u64);
     }
-    let _ = to.shutdown().await;
 }
