@@ -222,6 +222,33 @@ pub fn fetch_in_lab(
     Ok(Some(report))
 }
 
+/// [`fetch_in_lab`] of a corpus document, checked: status 200, `doc.size()` bytes and
+/// `doc.sha256()`, or an error naming `label`. `Ok(None)` on timeout, as `fetch_in_lab`.
+pub fn fetch_document(
+    lab: &crate::Lab,
+    exe: &str,
+    to: &str,
+    path: &str,
+    doc: &headway_origin::Document,
+    label: &str,
+    timeout: Duration,
+) -> Result<Option<FetchReport>> {
+    let Some(r) = fetch_in_lab(lab, exe, to, path, label, timeout)? else {
+        return Ok(None);
+    };
+    let expected = hex(&doc.sha256());
+    if r.status != 200 || r.bytes != doc.size() || r.sha256 != expected {
+        bail!(
+            "{label}: download corrupted: status {}, {} of {} bytes, sha256 {} (expected {expected})",
+            r.status,
+            r.bytes,
+            doc.size(),
+            r.sha256
+        );
+    }
+    Ok(Some(r))
+}
+
 fn hex(d: &[u8]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -279,7 +279,47 @@ impl<'a> Pair<'a> {
 
     /// The total WAN bytes `side` sent and received (summed over its peers and classes).
     pub fn wan_bytes(&self, side: Side) -> Result<u64> {
-        Ok(sum_groups(&self.stats(side)?, &["wan_in", "wan_out"]))
+        Ok(self.traffic(side)?.wan)
+    }
+
+    /// `side`'s LAN and WAN byte counters (both directions, summed over peers and classes).
+    pub fn traffic(&self, side: Side) -> Result<Traffic> {
+        Ok(Traffic::of(&self.stats(side)?))
+    }
+}
+
+/// One appliance's byte counters, both directions summed over its peers and classes: LAN is
+/// what its local TCP sockets carried, WAN what its tunnel streams carried (stream bytes:
+/// QUIC, UDP and IP headers, acknowledgements and retransmissions are not counted).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// LAN bytes in and out.
+    pub lan: u64,
+    /// WAN bytes in and out.
+    pub wan: u64,
+}
+
+impl Traffic {
+    /// The counters of a stats snapshot.
+    pub fn of(stats: &serde_json::Value) -> Traffic {
+        Traffic {
+            lan: sum_groups(stats, &["lan_in", "lan_out"]),
+            wan: sum_groups(stats, &["wan_in", "wan_out"]),
+        }
+    }
+
+    /// What was counted between `before` and `self` (counters restart with the appliance: a
+    /// counter that went down counts as 0).
+    pub fn since(self, before: Traffic) -> Traffic {
+        Traffic {
+            lan: self.lan.saturating_sub(before.lan),
+            wan: self.wan.saturating_sub(before.wan),
+        }
+    }
+
+    /// Data reduction, LAN bytes per WAN byte; `None` when nothing crossed the WAN.
+    pub fn reduction(&self) -> Option<f64> {
+        (self.wan > 0).then(|| self.lan as f64 / self.wan as f64)
     }
 }
 
@@ -393,6 +433,40 @@ mod tests {
             v["wanopt"]["intercept"]["interfaces"][0].as_str(),
             Some("br-c")
         );
+    }
+
+    #[test]
+    fn traffic_deltas_and_reduction() {
+        let v = serde_json::json!({"groups": [
+            {"lan_in": 100, "lan_out": 2900, "wan_in": 50, "wan_out": 950},
+            {"lan_in": 1000, "wan_out": 1000}
+        ]});
+        let t = Traffic::of(&v);
+        assert_eq!(
+            t,
+            Traffic {
+                lan: 4000,
+                wan: 2000
+            }
+        );
+        assert_eq!(t.reduction(), Some(2.0));
+        let before = Traffic {
+            lan: 1000,
+            wan: 1500,
+        };
+        assert_eq!(
+            t.since(before),
+            Traffic {
+                lan: 3000,
+                wan: 500
+            }
+        );
+        assert_eq!(
+            before.since(t),
+            Traffic::default(),
+            "a restart never goes negative"
+        );
+        assert_eq!(Traffic::default().reduction(), None);
     }
 
     #[test]

@@ -19,6 +19,13 @@
 //! log-uniform in between, directions alternating at random, kinds mixed, and document seeds
 //! drawn from a small pool so later transfers repeat (or share prefixes with) earlier ones —
 //! the case deduplication has to get right.
+//!
+//! `xfer --stream up|down --duration 10s` is the bulk mode for throughput runs ([`stream`]):
+//! one connection carrying the `random` stream of one seed (never repeating, so neither
+//! compression nor dedup can remove any of it) for the duration. Down, the header asks for a
+//! document of [`STREAM_SIZE`] bytes; the client compares every byte with the stream and cuts
+//! the connection at the deadline. Up, the client sends for the duration, hashing what it sent,
+//! half-closes, and checks the server's `<bytes> <sha256>` answer.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -40,6 +47,8 @@ const MAX_HEADER: usize = 128;
 const MAX_CONNECTIONS: usize = 512;
 /// I/O buffer size.
 const BUF: usize = 64 * 1024;
+/// The size a `--stream down` asks for: more than any run transfers.
+pub const STREAM_SIZE: u64 = 1 << 50;
 
 /// Which way the document travels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,6 +196,132 @@ pub struct XferArgs {
     /// A transfer without progress for this long is stalled.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub io_timeout: Duration,
+    /// Instead of the plan: one bulk stream of non-repeating random bytes this way (`up`:
+    /// client to server, `down`), verified, for `--duration`; prints a [`StreamReport`].
+    #[arg(long, value_parser = parse_way)]
+    pub stream: Option<Way>,
+    /// How long `--stream` sends.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+}
+
+/// `up` or `down`.
+pub fn parse_way(s: &str) -> Result<Way, String> {
+    match s {
+        "up" => Ok(Way::Up),
+        "down" => Ok(Way::Down),
+        other => Err(format!("{other:?} is not a direction (up, down)")),
+    }
+}
+
+/// What one bulk stream measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamReport {
+    /// Bytes that arrived and were verified.
+    pub bytes: u64,
+    /// Seconds from connecting to the last verified byte (up: to the server's answer).
+    pub seconds: f64,
+    /// Whether every byte that arrived was right (false: see `detail`).
+    pub ok: bool,
+    /// What went wrong, if anything.
+    pub detail: String,
+}
+
+impl StreamReport {
+    /// Verified bits per second.
+    pub fn bps(&self) -> f64 {
+        self.bytes as f64 * 8.0 / self.seconds.max(1e-9)
+    }
+}
+
+/// One bulk stream of the `random` stream of `seed`, `way`, for `duration` (see the module
+/// documentation). I/O errors before the deadline are errors; wrong bytes are a report with
+/// `ok: false`.
+pub fn stream(
+    to: SocketAddr,
+    way: Way,
+    seed: u64,
+    duration: Duration,
+    io_timeout: Duration,
+) -> Result<StreamReport> {
+    let start = SystemClock::now();
+    let mut sock = TcpStream::connect_timeout(&to, io_timeout)
+        .with_context(|| format!("connecting to {to}"))?;
+    sock.set_read_timeout(Some(io_timeout))?;
+    sock.set_write_timeout(Some(io_timeout))?;
+    let size = match way {
+        Way::Up => 0,
+        Way::Down => STREAM_SIZE,
+    };
+    let t = Transfer {
+        way,
+        kind: Kind::Random,
+        size,
+        seed,
+    };
+    sock.write_all(t.header().as_bytes())
+        .context("sending the header")?;
+    let doc = Document::new(Kind::Random, STREAM_SIZE, seed);
+    let deadline = start + duration;
+    let mut buf = vec![0u8; BUF];
+    let mut offset = 0u64;
+    match way {
+        Way::Down => {
+            let mut want = vec![0u8; BUF];
+            while SystemClock::now() < deadline {
+                let n = sock.read(&mut buf).context("receiving")?;
+                if n == 0 {
+                    bail!("the server ended the stream after {offset} bytes");
+                }
+                doc.fill(offset, &mut want[..n]);
+                if buf[..n] != want[..n] {
+                    let at = buf[..n].iter().zip(&want).position(|(a, b)| a != b);
+                    return Ok(StreamReport {
+                        bytes: offset,
+                        seconds: (SystemClock::now() - start).as_secs_f64(),
+                        ok: false,
+                        detail: format!("wrong byte at {}", offset + at.unwrap_or(0) as u64),
+                    });
+                }
+                offset += n as u64;
+            }
+            let seconds = (SystemClock::now() - start).as_secs_f64();
+            // Cut the connection: the server's endless stream ends in an error on its side.
+            drop(sock);
+            Ok(StreamReport {
+                bytes: offset,
+                seconds,
+                ok: true,
+                detail: String::new(),
+            })
+        }
+        Way::Up => {
+            let mut hasher = Sha256::new();
+            while SystemClock::now() < deadline {
+                let n = doc.fill(offset, &mut buf);
+                sock.write_all(&buf[..n]).context("sending")?;
+                hasher.update(&buf[..n]);
+                offset += n as u64;
+            }
+            sock.shutdown(Shutdown::Write).context("half-closing")?;
+            let mut reply = String::new();
+            sock.read_to_string(&mut reply)
+                .context("reading the server's answer")?;
+            let seconds = (SystemClock::now() - start).as_secs_f64();
+            let want = format!("{offset} {}\n", hex(&hasher.finalize()));
+            let ok = reply == want;
+            Ok(StreamReport {
+                bytes: if ok { offset } else { 0 },
+                seconds,
+                ok,
+                detail: if ok {
+                    String::new()
+                } else {
+                    format!("server saw {:?}, sent {:?}", reply.trim(), want.trim())
+                },
+            })
+        }
+    }
 }
 
 /// Serves transfers forever (one thread per connection, at most [`MAX_CONNECTIONS`]).
@@ -424,8 +559,14 @@ pub fn run_server(a: XferServerArgs) -> Result<()> {
     serve(listener)
 }
 
-/// `xfer`: prints `progress DONE TOTAL` lines and the report as `result {json}`.
+/// `xfer`: prints `progress DONE TOTAL` lines and the report as `result {json}` (with
+/// `--stream`: only the [`StreamReport`]).
 pub fn run_client(a: XferArgs) -> Result<()> {
+    if let Some(way) = a.stream {
+        let report = stream(a.to, way, a.seed, a.duration, a.io_timeout)?;
+        println!("result {}", serde_json::to_string(&report)?);
+        return Ok(());
+    }
     let plan = plan(a.transfers, a.max_size, a.seed);
     let total = plan.len();
     let report = run_plan(a.to, &plan, a.concurrency, a.io_timeout, &|d, _| {
@@ -482,6 +623,53 @@ mod tests {
         let report = run_plan(addr, &p, 8, Duration::from_secs(30), &|_, _| {});
         assert_eq!(report.ok, 30, "{report:?}");
         assert_eq!(report.wrong, 0);
+    }
+
+    #[test]
+    fn bulk_streams_verify_both_ways_over_loopback() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || serve(listener));
+        let t = Duration::from_secs(10);
+        for way in [Way::Up, Way::Down] {
+            let r = stream(addr, way, 5, Duration::from_millis(200), t).unwrap();
+            assert!(r.ok, "{way:?}: {r:?}");
+            assert!(r.bytes > 0 && r.bps() > 0.0, "{way:?}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn a_wrong_byte_in_a_bulk_stream_is_reported() {
+        // A "server" that sends the right stream with one byte flipped.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut line = [0u8; 64];
+            let _ = s.read(&mut line);
+            let mut v = vec![0u8; 100_000];
+            Document::new(Kind::Random, STREAM_SIZE, 9).fill(0, &mut v);
+            v[77_777] ^= 1;
+            let _ = s.write_all(&v);
+            std::thread::sleep(Duration::from_secs(2));
+        });
+        let r = stream(
+            addr,
+            Way::Down,
+            9,
+            Duration::from_secs(5),
+            Duration::from_secs(5),
+        );
+        let r = r.unwrap();
+        assert!(!r.ok);
+        assert!(r.detail.contains("77777"), "{r:?}");
+    }
+
+    #[test]
+    fn directions_parse() {
+        assert_eq!(parse_way("up"), Ok(Way::Up));
+        assert_eq!(parse_way("down"), Ok(Way::Down));
+        assert!(parse_way("sideways").is_err());
     }
 
     #[test]

@@ -56,7 +56,7 @@ pub fn run(args: EmulatorArgs) -> Result<()> {
     let (mut direct, mut through) = (Vec::new(), Vec::new());
     for i in 0..args.repeats.max(1) {
         for (addr, out) in [(&direct_addr, &mut direct), (&wan_addr, &mut through)] {
-            let bps = iperf(&lab, addr, &secs)?;
+            let bps = iperf(&lab, addr, &secs, &[])?;
             eprintln!("  run {}: {addr}: {:.3} Gbit/s", i + 1, bps / 1e9);
             out.push(bps);
         }
@@ -76,7 +76,7 @@ pub fn run(args: EmulatorArgs) -> Result<()> {
     };
     let lab = Lab::up(options(LinkSetting::symmetric(shaping.clone())))?;
     let server = iperf_server(&lab)?;
-    let shaped = iperf(&lab, &wan_addr, &secs)?;
+    let shaped = iperf(&lab, &wan_addr, &secs, &[])?;
     let stats = link_stats(&lab)?;
     drop(server);
     lab.down()?;
@@ -167,7 +167,7 @@ fn options(link: LinkSetting) -> LabOptions {
 }
 
 /// Starts an iperf3 server on the lab's server host and waits until it listens.
-fn iperf_server(lab: &Lab) -> Result<crate::Background> {
+pub(crate) fn iperf_server(lab: &Lab) -> Result<crate::Background> {
     let port = IPERF_PORT.to_string();
     let mut server = lab.spawn("server", &["iperf3", "-s", "--forceflush", "-p", &port])?;
     server.wait_line(std::time::Duration::from_secs(10), |l| {
@@ -176,21 +176,16 @@ fn iperf_server(lab: &Lab) -> Result<crate::Background> {
     Ok(server)
 }
 
-/// One iperf3 TCP run from the client; received bits per second.
-fn iperf(lab: &Lab, addr: &str, secs: &str) -> Result<f64> {
-    let out = lab.exec(
-        "client",
-        &[
-            "iperf3",
-            "-c",
-            addr,
-            "-p",
-            &IPERF_PORT.to_string(),
-            "-t",
-            secs,
-            "-J",
-        ],
-    )?;
+/// One iperf3 TCP run from the client with `extra` arguments (`-R`: the server sends);
+/// received bits per second. A run that hangs is killed a minute after it should have ended.
+pub(crate) fn iperf(lab: &Lab, addr: &str, secs: &str, extra: &[&str]) -> Result<f64> {
+    let limit = format!("{}", secs.parse::<u64>().unwrap_or(10) + 60);
+    let port = IPERF_PORT.to_string();
+    let mut argv = vec![
+        "timeout", "-k", "5", &limit, "iperf3", "-c", addr, "-p", &port, "-t", secs, "-J",
+    ];
+    argv.extend_from_slice(extra);
+    let out = lab.exec("client", &argv)?;
     if !out.status.success() {
         bail!(
             "iperf3 to {addr} failed: {}",
@@ -204,7 +199,7 @@ fn iperf(lab: &Lab, addr: &str, secs: &str) -> Result<f64> {
 }
 
 /// The emulator's stats for link `wan`, from its admin API inside the WAN namespace.
-fn link_stats(lab: &Lab) -> Result<Value> {
+pub(crate) fn link_stats(lab: &Lab) -> Result<Value> {
     let link = lab.state().link("wan").context("no link `wan`")?;
     let url = format!("http://127.0.0.1:{}/api/v1/links/wan", link.admin_port);
     let out = lab.exec("wan", &["curl", "-sf", &url])?;
@@ -218,7 +213,8 @@ fn link_stats(lab: &Lab) -> Result<Value> {
     Ok(v["stats"].clone())
 }
 
-fn which(program: &str) -> Result<()> {
+/// Fails with the setup hint when `program` is not on the PATH.
+pub(crate) fn which(program: &str) -> Result<()> {
     let found = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
         .unwrap_or(false);

@@ -12,14 +12,21 @@
 //!   file downloaded once;
 //! - **second pass**: the same file again through the warm pair.
 //!
-//! Beside them: the first-pass goodput as a fraction of `rate × (1 − loss)` and whether the
-//! second pass met `2 × RTT + 0.1 s` (the targets), and the seed's three numbers.
+//! Beside them: the first-pass goodput as a fraction of `rate × (1 − loss)`; the first pass's
+//! data reduction (LAN bytes / WAN bytes, read from the branch appliance's counters just before
+//! and after the download) and its goodput as a fraction of `0.9 × rate × (1 − loss) ×
+//! reduction` — the target for DOC-like (compressible) files, met at ≥ 1; whether the
+//! second pass met `2 × RTT + 0.1 s`; and the seed's three numbers.
 //! `headway bench wanopt correctness` (in `wanopt_correctness`) is the other half: many
 //! verified transfers both ways with restarts.
 //!
 //! The link of a cell is `rate`, one-way delay = RTT/2, the loss on each direction (as the lab's
 //! presets do), a one-BDP queue. A download that does not finish within `--cell-timeout` is
 //! reported as `> timeout` and the run moves on.
+//!
+//! The lab's namespaces are named `--prefix` (default `hw-bench-`), its state kept in
+//! `/run/headway-lab/bench` (see [`super::bench_lab`]): a second run with another prefix can
+//! go on beside a first.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -30,10 +37,10 @@ use headway_core::units::parse_duration;
 use headway_core::{Probability, Rate};
 use headway_link::{Loss, Params, QueueLimit};
 
-use crate::fetch::fetch_in_lab;
-use crate::optimizer::{Pair, PairOptions, Side};
+use crate::fetch::{fetch_document, FetchReport};
+use crate::optimizer::{Pair, PairOptions, Side, Traffic};
 use crate::presets::bdp_queue;
-use crate::{Dir, Lab, LabOptions, TopologyKind};
+use crate::{Background, Dir, Lab};
 
 /// The seed's table, copied from the scenario file (`rtt_ms,file,size_mb,bandwidth_mbps,
 /// loss_pct,baseline_s,first_pass_s,second_pass_s`; `#` lines are comments).
@@ -47,6 +54,12 @@ pub enum WanoptCommand {
     /// Many verified transfers both ways through the optimizer pair, with restarts and a
     /// wiped store.
     Correctness(super::wanopt_correctness::CorrectnessArgs),
+    /// A 12 MB DOC-like file, then copies with 1 % (0.1 %, 5 %) of its bytes changed: the WAN
+    /// bytes of each beside the first pass's.
+    ChangedFile(super::wanopt_changed::ChangedFileArgs),
+    /// LAN-side throughput through the pair per service class over an unconstrained link,
+    /// beside the direct path (iperf3 and non-repeating data).
+    Throughput(super::wanopt_throughput::ThroughputArgs),
 }
 
 /// `headway bench wanopt file-download` arguments.
@@ -79,6 +92,10 @@ pub struct FileDownloadArgs {
     /// Where to write file-download.md and file-download.csv.
     #[arg(long, default_value = "lab-out/bench")]
     pub out: PathBuf,
+    /// Namespace prefix of this run's lab (state in /run/headway-lab/<prefix without `hw-`>):
+    /// another prefix runs beside a run with the default.
+    #[arg(long, default_value = "hw-bench-")]
+    pub prefix: String,
 }
 
 /// One row of the seed's table.
@@ -180,6 +197,9 @@ impl FileDownloadArgs {
         if self.skip_baseline {
             s.push_str(" --skip-baseline");
         }
+        if self.prefix != "hw-bench-" {
+            s += &format!(" --prefix {}", self.prefix);
+        }
         s
     }
 
@@ -239,6 +259,8 @@ pub fn run(cmd: WanoptCommand) -> Result<()> {
     match cmd {
         WanoptCommand::FileDownload(args) => file_download(args),
         WanoptCommand::Correctness(args) => super::wanopt_correctness::run(args),
+        WanoptCommand::ChangedFile(args) => super::wanopt_changed::run(args),
+        WanoptCommand::Throughput(args) => super::wanopt_throughput::run(args),
     }
 }
 
@@ -249,11 +271,25 @@ struct Cell {
     first: Option<f64>,
     /// The first pass's time to the response header (request and set-up round trips).
     first_header: Option<f64>,
+    /// The branch appliance's LAN and WAN bytes during the first pass.
+    first_traffic: Traffic,
     second: Option<f64>,
 }
 
-/// One verified download of `file` through the lab: total seconds and seconds to the
-/// response header; `None` on timeout.
+/// Goodput of `bytes` in `seconds` as a fraction of `rate_mbps × (1 − loss_pct/100) × factor`:
+/// the first-pass targets (factor 1 for its `rate × (1 − loss)`, `0.9 × reduction` for
+/// compressible data).
+pub fn goodput_of_target(
+    bytes: u64,
+    seconds: f64,
+    rate_mbps: f64,
+    loss_pct: f64,
+    factor: f64,
+) -> f64 {
+    bytes as f64 * 8.0 / seconds.max(1e-6) / (rate_mbps * 1e6 * (1.0 - loss_pct / 100.0) * factor)
+}
+
+/// One verified download of `file` through the lab; `None` on timeout.
 fn timed_fetch(
     lab: &Lab,
     exe: &str,
@@ -261,22 +297,35 @@ fn timed_fetch(
     file: &str,
     label: &str,
     timeout: Duration,
-) -> Result<Option<(f64, f64)>> {
+) -> Result<Option<FetchReport>> {
     let doc = headway_origin::corpus::file(file).context("seed file missing from the corpus")?;
-    let path = format!("/files/{file}");
-    match fetch_in_lab(lab, exe, listen, &path, label, timeout)? {
-        Some(r)
-            if r.bytes == doc.size() && r.sha256 == headway_origin::corpus::hex(&doc.sha256()) =>
-        {
-            Ok(Some((r.total_seconds, r.header_seconds)))
-        }
-        Some(r) => bail!(
-            "{label}: corrupted download ({} bytes, sha {})",
-            r.bytes,
-            r.sha256
-        ),
-        None => Ok(None),
-    }
+    fetch_document(
+        lab,
+        exe,
+        listen,
+        &format!("/files/{file}"),
+        &doc,
+        label,
+        timeout,
+    )
+}
+
+/// The `branch` lab of the benchmarks that download from `headway origin`: `headway emulate`
+/// on the WAN (loss sequence seeded `seed`), the origin on the server host at port 8080.
+/// Returns the `headway` binary, the lab, the origin's address and the origin's guard.
+pub(crate) fn origin_lab(prefix: &str, seed: u64) -> Result<(String, Lab, String, Background)> {
+    let exe = std::env::current_exe().context("cannot find the headway binary")?;
+    let exe = exe.to_string_lossy().into_owned();
+    let lab = Lab::up(super::bench_lab(
+        crate::WanMode::Emulator {
+            binary: PathBuf::from(&exe),
+            seed: Some(seed),
+        },
+        prefix,
+    )?)?;
+    let listen = format!("{}:8080", lab.addresses().server);
+    let origin = lab.spawn("server", &[&exe, "origin", "--listen", &listen])?;
+    Ok((exe, lab, listen, origin))
 }
 
 /// `headway bench wanopt file-download`.
@@ -285,18 +334,7 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
     if cells.is_empty() {
         bail!("no cell of the seed's table matches the filters");
     }
-    let exe = std::env::current_exe().context("cannot find the headway binary")?;
-    let exe = exe.to_string_lossy().into_owned();
-    let mut opts = LabOptions::new(TopologyKind::Branch);
-    opts.wan = crate::WanMode::Emulator {
-        binary: PathBuf::from(&exe),
-        seed: Some(args.seed),
-    };
-    opts.prefix = "hw-bench-".into();
-    opts.state_dir = PathBuf::from(crate::lab::DEFAULT_STATE_DIR).join("bench");
-    let lab = Lab::up(opts)?;
-    let listen = format!("{}:8080", lab.addresses().server);
-    let _origin = lab.spawn("server", &[&exe, "origin", "--listen", &listen])?;
+    let (exe, lab, listen, _origin) = origin_lab(&args.prefix, args.seed)?;
     let mut pair = Pair::new(&lab, &exe, &PairOptions::default())?;
     eprintln!(
         "file-download: {} cells, branch topology, per-cell limit {:?}",
@@ -313,11 +351,14 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
         "Command: `headway bench wanopt file-download{}`\n",
         args.describe()
     )?;
-    writeln!(md, "Each cell: the baseline with both appliances stopped (the branch and DC hosts only route), then both stores wiped, both appliances started (transparent interception, class dedup-disk), and the file downloaded twice. Every download is checked byte for byte (SHA-256). Targets: second pass ≤ 2 × RTT + 0.1 s; first-pass goodput on PDF-like (incompressible) files ≥ 0.9 × rate × (1 − loss). Goodput is given over the whole download (request round trip included) and over the body alone (from the response header on).\n")?;
-    writeln!(md, "| Mbit/s | RTT ms | loss % | file | baseline (s) | 1st pass (s) | 2nd pass (s) | 1st-pass goodput / (rate × (1−loss)): whole · body | 2nd ≤ 2·RTT+0.1 s | seed baseline / 1st / 2nd (s) |")?;
-    writeln!(md, "|---:|---:|---:|---|---:|---:|---:|---:|:---:|---|")?;
+    writeln!(md, "Each cell: the baseline with both appliances stopped (the branch and DC hosts only route), then both stores wiped, both appliances started (transparent interception, class dedup-disk), and the file downloaded twice. Every download is checked byte for byte (SHA-256). Targets: second pass ≤ 2 × RTT + 0.1 s; first-pass goodput on PDF-like (incompressible) files ≥ 0.9 × rate × (1 − loss). Goodput is given over the whole download (request round trip included) and over the body alone (from the response header on). For DOC-like (compressible) files the target is a first pass faster than 0.9 × rate × (1 − loss) by the data reduction: the 1st-pass reduction is the branch appliance's LAN bytes / WAN bytes (tunnel stream bytes, both directions) during the first download, and the next column is goodput / (0.9 × rate × (1 − loss) × reduction), met at ≥ 1 (for PDF-like files it is shown too; their reduction is about 1).\n")?;
+    writeln!(md, "| Mbit/s | RTT ms | loss % | file | baseline (s) | 1st pass (s) | 2nd pass (s) | 1st-pass goodput / (rate × (1−loss)): whole · body | 1st-pass reduction (LAN/WAN) | 1st-pass goodput / (0.9 × rate × (1−loss) × reduction): whole · body (DOC target ≥ 1) | 2nd ≤ 2·RTT+0.1 s | seed baseline / 1st / 2nd (s) |")?;
+    writeln!(
+        md,
+        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|:---:|---|"
+    )?;
     let mut csv = String::from(
-        "bandwidth_mbps,rtt_ms,loss_pct,file,baseline_s,first_pass_s,second_pass_s,seed_baseline_s,seed_first_pass_s,seed_second_pass_s\n",
+        "bandwidth_mbps,rtt_ms,loss_pct,file,baseline_s,first_pass_s,second_pass_s,first_pass_lan_bytes,first_pass_wan_bytes,seed_baseline_s,seed_first_pass_s,seed_second_pass_s\n",
     );
     let mut current: Option<(f64, u64, f64)> = None;
     let secs = |v: Option<f64>| {
@@ -357,13 +398,14 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
                 &format!("{label} baseline"),
                 args.cell_timeout,
             )?
-            .map(|f| f.0);
+            .map(|f| f.total_seconds);
         }
         pair.stop_both()?;
         for side in Side::BOTH {
             pair.wipe_store(side)?;
         }
         pair.start_both()?;
+        let before = pair.traffic(Side::Branch)?;
         let first = timed_fetch(
             &lab,
             &exe,
@@ -372,8 +414,9 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
             &format!("{label} 1st"),
             args.cell_timeout,
         )?;
-        cell.first = first.map(|f| f.0);
-        cell.first_header = first.map(|f| f.1);
+        cell.first_traffic = pair.traffic(Side::Branch)?.since(before);
+        cell.first = first.as_ref().map(|f| f.total_seconds);
+        cell.first_header = first.as_ref().map(|f| f.header_seconds);
         cell.second = timed_fetch(
             &lab,
             &exe,
@@ -382,22 +425,25 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
             &format!("{label} 2nd"),
             args.cell_timeout,
         )?
-        .map(|f| f.0);
+        .map(|f| f.total_seconds);
         pair.stop_both()?;
         let size = headway_origin::corpus::file(c.file).map_or(0, |d| d.size());
         // Goodput over the whole download, and over the body alone (from the response
         // header on: the request's round trip excluded).
-        let of_target = |t: f64| {
-            size as f64 * 8.0 / t.max(1e-6) / (c.bandwidth_mbps * 1e6 * (1.0 - c.loss_pct / 100.0))
+        let whole_and_body = |factor: f64| {
+            cell.first.map(|t| {
+                let body = t - cell.first_header.unwrap_or(0.0);
+                let of = |s| goodput_of_target(size, s, c.bandwidth_mbps, c.loss_pct, factor);
+                format!("{:.2} · {:.2}", of(t), of(body))
+            })
         };
-        let goodput = cell.first.map(|t| {
-            let body = t - cell.first_header.unwrap_or(0.0);
-            format!("{:.2} · {:.2}", of_target(t), of_target(body))
-        });
+        let goodput = whole_and_body(1.0);
+        let reduction = cell.first_traffic.reduction();
+        let reduced = reduction.and_then(|r| whole_and_body(0.9 * r));
         let target = 2.0 * c.rtt_ms as f64 / 1000.0 + 0.1;
         writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} |",
             c.bandwidth_mbps,
             c.rtt_ms,
             c.loss_pct,
@@ -410,6 +456,8 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
             secs(cell.first),
             secs(cell.second),
             goodput.unwrap_or_else(|| "–".into()),
+            reduction.map_or_else(|| "–".into(), |r| format!("{r:.2}")),
+            reduced.unwrap_or_else(|| "–".into()),
             match cell.second {
                 Some(t) if t <= target => "yes",
                 _ => "NO",
@@ -420,7 +468,7 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
         )?;
         writeln!(
             csv,
-            "{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{}",
             c.bandwidth_mbps,
             c.rtt_ms,
             c.loss_pct,
@@ -428,6 +476,8 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
             raw(cell.baseline),
             raw(cell.first),
             raw(cell.second),
+            cell.first_traffic.lan,
+            cell.first_traffic.wan,
             c.baseline_s,
             c.first_pass_s,
             c.second_pass_s
@@ -435,16 +485,7 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
     }
     drop(pair);
     lab.down()?;
-    println!("{md}");
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    std::fs::write(args.out.join("file-download.md"), &md)?;
-    std::fs::write(args.out.join("file-download.csv"), &csv)?;
-    println!(
-        "report: {}/file-download.md, file-download.csv",
-        args.out.display()
-    );
-    Ok(())
+    super::write_report(&args.out, "file-download", &md, &csv)
 }
 
 #[cfg(test)]
@@ -482,6 +523,7 @@ mod tests {
             skip_baseline: false,
             seed: 1,
             out: PathBuf::new(),
+            prefix: "hw-bench-".into(),
         };
         let cells = args.select(seed_rows().unwrap());
         assert_eq!(cells.len(), 4);
@@ -489,6 +531,17 @@ mod tests {
         assert!(cells
             .iter()
             .all(|c| c.bandwidth_mbps == 6.0 && c.rtt_ms == 90));
+    }
+
+    #[test]
+    fn goodput_targets() {
+        // 1 MB in 8 s is 1 Mbit/s: the whole of a 1 Mbit/s loss-free link.
+        assert!((goodput_of_target(1_000_000, 8.0, 1.0, 0.0, 1.0) - 1.0).abs() < 1e-9);
+        // At 50 % loss the target is half the rate.
+        assert!((goodput_of_target(1_000_000, 8.0, 1.0, 50.0, 1.0) - 2.0).abs() < 1e-9);
+        // Compressible: 3× reduction and the 0.9 factor raise the target to 2.7 Mbit/s.
+        let r = goodput_of_target(1_000_000, 8.0 / 2.7, 1.0, 0.0, 0.9 * 3.0);
+        assert!((r - 1.0).abs() < 1e-9, "{r}");
     }
 
     #[test]
