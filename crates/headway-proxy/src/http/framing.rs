@@ -142,6 +142,8 @@ pub struct FramingChecker {
     max_headers: usize,
     /// Bytes seen so far (for the HTTP/2 preface check at the start).
     seen: u64,
+    /// Whether every byte so far matched the HTTP/2 preface.
+    maybe_h2: bool,
 }
 
 impl FramingChecker {
@@ -157,6 +159,7 @@ impl FramingChecker {
             max_head,
             max_headers: max_headers.max(1),
             seen: 0,
+            maybe_h2: true,
         }
     }
 
@@ -188,11 +191,19 @@ impl FramingChecker {
 
     /// Feeds the next bytes received from the client.
     pub fn handle_bytes(&mut self, mut data: &[u8]) {
-        if self.seen < H2_PREFACE.len() as u64 && !data.is_empty() {
+        if self.maybe_h2 && self.seen < H2_PREFACE.len() as u64 && !data.is_empty() {
             let at = self.seen as usize;
             let n = (H2_PREFACE.len() - at).min(data.len());
-            if data[..n] == H2_PREFACE[at..at + n] && at + n == H2_PREFACE.len() {
+            if data[..n] != H2_PREFACE[at..at + n] {
+                self.maybe_h2 = false;
+            } else if at + n == H2_PREFACE.len() {
                 self.state = State::Off;
+            } else {
+                // Still a prefix of the preface: wait for more before parsing it as HTTP/1
+                // (`PRI * HTTP/2.` is not a valid HTTP/1 request line).
+                self.pending.extend_from_slice(data);
+                self.seen += data.len() as u64;
+                return;
             }
         }
         let mut pos = self.seen;
