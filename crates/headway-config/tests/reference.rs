@@ -6,7 +6,10 @@
 
 use std::fmt::Write as _;
 
-const SOURCES: [&str; 2] = [include_str!("../src/file.rs"), include_str!("../src/file/adc.rs")];
+const SOURCES: [&str; 2] = [
+    include_str!("../src/file.rs"),
+    include_str!("../src/file/adc.rs"),
+];
 const DOC: &str = "../../docs/config.md";
 
 /// One `pub struct` of the schema: its doc and its fields' docs.
@@ -108,7 +111,11 @@ fn render() -> String {
 #[test]
 fn every_section_and_field_is_documented_and_the_reference_is_current() {
     let secs = sections();
-    assert!(secs.len() >= 18, "the schema parser found {} sections", secs.len());
+    assert!(
+        secs.len() >= 18,
+        "the schema parser found {} sections",
+        secs.len()
+    );
     for s in &secs {
         assert!(!s.doc.is_empty(), "section {} has no doc", s.name);
         for (f, d) in &s.fields {

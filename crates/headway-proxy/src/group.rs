@@ -16,7 +16,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use headway_config::adc::{Persistence, ServerGroup};
 use headway_core::SystemClock;
@@ -435,9 +435,8 @@ impl Group {
 
     /// One attempt without waiting: `Ok(None)` when servers are up but all at their limits.
     fn try_acquire(&self, a: &Affinity<'_>) -> Result<Option<Lease>, Unavailable> {
-        let now = SystemClock::now();
         let mut persisted = Persisted::No;
-        if let Some(i) = self.persisted_member(a, now) {
+        if let Some(i) = self.persisted_member(a) {
             let m = &self.members[i];
             if !excluded(a.exclude, i)
                 && m.state.eligibility().takes_persistent()
@@ -504,7 +503,7 @@ impl Group {
                     self.state.counters.persistence_failovers.inc();
                 }
                 if let (Persist::Source(t), Some(ip)) = (&self.persist, a.client) {
-                    t.lock().insert(ip, i as u32, now);
+                    t.lock().insert(ip, i as u32, SystemClock::now());
                 }
                 return Ok(Some(self.lease(i, persisted)));
             }
@@ -513,11 +512,11 @@ impl Group {
         Ok(None)
     }
 
-    fn persisted_member(&self, a: &Affinity<'_>, now: Instant) -> Option<usize> {
+    fn persisted_member(&self, a: &Affinity<'_>) -> Option<usize> {
         let i = match &self.persist {
             Persist::None => return None,
             Persist::Cookie { table, .. } => table.server(a.cookie?)?,
-            Persist::Source(t) => t.lock().lookup(a.client?, now)?,
+            Persist::Source(t) => t.lock().lookup(a.client?, SystemClock::now())?,
         };
         let i = i as usize;
         (i < self.members.len()).then_some(i)

@@ -20,8 +20,12 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 ];
 
 /// Removes the hop-by-hop fields, including those the `Connection` field names. Returns
-/// whether `Connection` asked to close.
+/// whether `Connection` asked to close. One pass over the fields when there are none (the
+/// common case), instead of a lookup per name.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) -> bool {
+    if !headers.keys().any(|k| HOP_BY_HOP.contains(k)) {
+        return false;
+    }
     let mut close = false;
     if headers.contains_key(header::CONNECTION) {
         let named: Vec<HeaderName> = headers
@@ -42,11 +46,30 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) -> bool {
         }
     }
     for h in &HOP_BY_HOP {
-        if headers.contains_key(h) {
-            headers.remove(h);
-        }
+        headers.remove(h);
     }
     close
+}
+
+/// A client's address, written once per connection for the forwarding headers.
+#[derive(Debug, Clone)]
+pub struct Client {
+    ip: IpAddr,
+    /// `X-Forwarded-For` when the request has none.
+    xff: HeaderValue,
+}
+
+impl Client {
+    /// The client at `ip` (an IPv4-mapped IPv6 address is written as IPv4).
+    pub fn new(ip: IpAddr) -> Self {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        let xff = HeaderValue::from_str(&ip.to_string())
+            .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
+        Client { ip, xff }
+    }
 }
 
 /// What a request says about its client for the forwarding headers.
@@ -64,20 +87,19 @@ pub struct Forwarding {
 pub fn add_forwarding(
     headers: &mut HeaderMap,
     f: Forwarding,
-    client: IpAddr,
+    client: &Client,
     proto: &'static str,
     host: Option<&str>,
 ) {
-    let client = match client {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(client, IpAddr::V4),
-        v4 => v4,
-    };
     if f.xff {
-        let ip = client.to_string();
-        // Several XFF fields are one list (RFC 9110 §5.3): join them, then append.
-        let joined = join(headers, &X_FORWARDED_FOR, &ip);
-        if let Ok(v) = HeaderValue::from_str(&joined) {
-            headers.insert(X_FORWARDED_FOR.clone(), v);
+        if headers.contains_key(&X_FORWARDED_FOR) {
+            // Several XFF fields are one list (RFC 9110 §5.3): join them, then append.
+            let joined = join(headers, &X_FORWARDED_FOR, client.xff.to_str().unwrap_or(""));
+            if let Ok(v) = HeaderValue::from_str(&joined) {
+                headers.insert(X_FORWARDED_FOR.clone(), v);
+            }
+        } else {
+            headers.insert(X_FORWARDED_FOR.clone(), client.xff.clone());
         }
     }
     if f.xfp {
@@ -85,7 +107,7 @@ pub fn add_forwarding(
     }
     if f.forwarded {
         // RFC 7239 §6: an IPv6 node is quoted and bracketed.
-        let node = match client {
+        let node = match client.ip {
             IpAddr::V4(a) => a.to_string(),
             IpAddr::V6(a) => format!("\"[{a}]\""),
         };
@@ -200,7 +222,7 @@ mod tests {
                 xfp: true,
                 forwarded: true,
             },
-            "::ffff:10.0.0.9".parse().unwrap(),
+            &Client::new("::ffff:10.0.0.9".parse().unwrap()),
             "http",
             Some("www.example"),
         );
@@ -218,7 +240,7 @@ mod tests {
                 xfp: false,
                 forwarded: true,
             },
-            "2001:db8::1".parse().unwrap(),
+            &Client::new("2001:db8::1".parse().unwrap()),
             "http",
             None,
         );

@@ -104,13 +104,17 @@ pub struct Slot {
 }
 
 /// A client connection's activity, for the idle and header timeouts.
-#[derive(Debug)]
+///
+/// The I/O path only counts reads and writes and notes whether a request head is partly
+/// received (no clock reads per I/O); the connection's watchdog ([`Watch`]) samples these a
+/// few times per timeout period and keeps the times itself, so a timeout fires within a
+/// quarter of its length after it is due.
+#[derive(Debug, Default)]
 pub struct ConnActivity {
-    base: Instant,
-    /// Milliseconds since `base` of the last read or write.
-    last_io: AtomicU64,
-    /// Milliseconds since `base` + 1 when a request head started arriving; 0 when none is.
-    head_since: AtomicU64,
+    /// Reads and writes so far.
+    io: AtomicU64,
+    /// Whether part of a request head is buffered.
+    head_partial: std::sync::atomic::AtomicBool,
     /// Exchanges in flight.
     inflight: AtomicU32,
     /// Close lingering: the connection ends on an error answer, and the client may still be
@@ -119,40 +123,15 @@ pub struct ConnActivity {
 }
 
 impl ConnActivity {
-    fn new() -> Self {
-        ConnActivity {
-            base: SystemClock::now(),
-            last_io: AtomicU64::new(0),
-            head_since: AtomicU64::new(0),
-            inflight: AtomicU32::new(0),
-            linger: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-
     /// Asks for a lingering close when the connection ends.
     pub fn linger(&self) {
         self.linger.store(true, Relaxed);
     }
 
-    fn now_ms(&self) -> u64 {
-        SystemClock::now()
-            .saturating_duration_since(self.base)
-            .as_millis() as u64
-    }
-
     /// Notes a read or write.
-    pub fn touch(&self) {
-        self.last_io.store(self.now_ms(), Relaxed);
-    }
-
-    fn head(&self, partial: bool) {
-        if partial {
-            if self.head_since.load(Relaxed) == 0 {
-                self.head_since.store(self.now_ms() + 1, Relaxed);
-            }
-        } else {
-            self.head_since.store(0, Relaxed);
-        }
+    #[inline]
+    fn touch(&self) {
+        self.io.fetch_add(1, Relaxed);
     }
 
     /// An exchange ended.
@@ -160,29 +139,55 @@ impl ConnActivity {
         self.inflight.fetch_sub(1, Relaxed);
         self.touch();
     }
+}
 
-    /// Why the connection should close now, if it should; else when to look again.
-    fn check(&self, idle: Duration, header: Duration) -> Result<Duration, &'static str> {
-        let now = self.now_ms();
-        let idle_ms = idle.as_millis() as u64;
-        let header_ms = header.as_millis() as u64;
-        let mut next = idle_ms;
-        let since = self.head_since.load(Relaxed);
-        if since != 0 {
-            let started = since - 1;
-            if now >= started + header_ms {
+/// The watchdog's view of a connection's activity over time.
+struct Watch {
+    idle: Duration,
+    header: Duration,
+    seen_io: u64,
+    last_io_at: Instant,
+    head_since: Option<Instant>,
+}
+
+impl Watch {
+    fn new(idle: Duration, header: Duration) -> Self {
+        Watch {
+            idle,
+            header,
+            seen_io: 0,
+            last_io_at: SystemClock::now(),
+            head_since: None,
+        }
+    }
+
+    /// How often to sample.
+    fn period(&self) -> Duration {
+        (self.idle.min(self.header) / 4).max(Duration::from_millis(10))
+    }
+
+    /// Why the connection should close now, if it should.
+    fn check(&mut self, a: &ConnActivity) -> Result<(), &'static str> {
+        let now = SystemClock::now();
+        let io = a.io.load(Relaxed);
+        if io != self.seen_io {
+            self.seen_io = io;
+            self.last_io_at = now;
+        }
+        if a.head_partial.load(Relaxed) {
+            let since = *self.head_since.get_or_insert(now);
+            if now.saturating_duration_since(since) >= self.header {
                 return Err("request header timeout");
             }
-            next = next.min(started + header_ms - now);
+        } else {
+            self.head_since = None;
         }
-        if self.inflight.load(Relaxed) == 0 {
-            let last = self.last_io.load(Relaxed);
-            if now >= last + idle_ms {
-                return Err("idle");
-            }
-            next = next.min(last + idle_ms - now);
+        if a.inflight.load(Relaxed) == 0
+            && now.saturating_duration_since(self.last_io_at) >= self.idle
+        {
+            return Err("idle");
         }
-        Ok(Duration::from_millis(next.max(10)))
+        Ok(())
     }
 }
 
@@ -261,7 +266,7 @@ impl tokio::io::AsyncRead for ClientIo {
         if r.is_ready() {
             me.activity.touch();
             let partial = me.stream().in_head();
-            me.activity.head(partial);
+            me.activity.head_partial.store(partial, Relaxed);
         }
         r
     }
@@ -318,6 +323,8 @@ impl tokio::io::AsyncWrite for ClientIo {
 /// One client connection's context, shared by its requests.
 struct Conn {
     peer: SocketAddr,
+    /// The client's address as the forwarding headers write it (made once per connection).
+    client: headers::Client,
     slot: Arc<Slot>,
     verdict: Arc<Verdict>,
     requests: AtomicU64,
@@ -336,7 +343,7 @@ pub async fn serve_connection(
     let cfg = &vs.config;
     let _ = stream.set_nodelay(true);
     let verdict = Arc::new(Verdict::default());
-    let activity = Arc::new(ConnActivity::new());
+    let activity = Arc::new(ConnActivity::default());
     let io = ClientIo {
         inner: Some(Guarded::new(
             stream,
@@ -348,6 +355,7 @@ pub async fn serve_connection(
     };
     let conn = Arc::new(Conn {
         peer,
+        client: headers::Client::new(peer.ip()),
         slot: slot.clone(),
         verdict,
         requests: AtomicU64::new(0),
@@ -453,7 +461,8 @@ async fn drive<C: GracefulConn>(
     if draining {
         c.as_mut().graceful();
     }
-    let mut wait = Duration::from_millis(10);
+    let mut watch = Watch::new(idle, header);
+    let mut wait = watch.period();
     loop {
         tokio::select! {
             r = c.as_mut() => {
@@ -470,8 +479,8 @@ async fn drive<C: GracefulConn>(
                 }
             }
             _ = tokio::time::sleep(wait) => {
-                match activity.check(idle, header) {
-                    Ok(next) => wait = next,
+                match watch.check(activity) {
+                    Ok(()) => {}
                     Err("idle") if !draining => {
                         draining = true;
                         c.as_mut().graceful();
@@ -698,7 +707,11 @@ async fn upstream(
 ) -> Flow<Upstream> {
     let cfg = &group.config;
     // The request as servers see it.
-    let host = route::host_of(&parts);
+    let host = if vs.config.forwarded {
+        route::host_of(&parts)
+    } else {
+        None
+    };
     if !parts.headers.contains_key(header::HOST) {
         if let Some(a) = parts.uri.authority() {
             if let Ok(v) = HeaderValue::from_str(a.as_str()) {
@@ -714,7 +727,7 @@ async fn upstream(
             xfp: vs.config.x_forwarded_proto,
             forwarded: vs.config.forwarded,
         },
-        conn.peer.ip(),
+        &conn.client,
         "http",
         host.as_deref(),
     );
@@ -730,7 +743,10 @@ async fn upstream(
         }
     }
     parts.version = Version::HTTP_11;
-    let url = parts.uri.path_and_query().map(|p| p.as_str().to_string());
+    // Only url-hash reads the URL.
+    let url = (cfg.method == headway_lb::select::Method::UrlHash)
+        .then(|| parts.uri.path_and_query().map(|p| p.as_str().to_string()))
+        .flatten();
     let mut body = if body.is_end_stream() {
         ReqBody::Empty
     } else {
@@ -854,15 +870,10 @@ async fn upstream(
 }
 
 fn clone_parts(p: &http::request::Parts) -> http::request::Parts {
-    let mut b = Request::builder()
-        .method(p.method.clone())
-        .uri(p.uri.clone())
-        .version(p.version);
-    if let Some(h) = b.headers_mut() {
-        *h = p.headers.clone();
-    }
-    b.body(()).map(|r| r.into_parts().0).unwrap_or_else(|_| {
-        // Unreachable: every part came from a valid request.
-        Request::new(()).into_parts().0
-    })
+    let (mut c, ()) = Request::new(()).into_parts();
+    c.method = p.method.clone();
+    c.uri = p.uri.clone();
+    c.version = p.version;
+    c.headers = p.headers.clone();
+    c
 }
