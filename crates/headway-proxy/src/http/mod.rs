@@ -198,13 +198,18 @@ impl Watch {
 /// reset, which can destroy the answer before the client reads it. So such a connection is
 /// closed *lingering*: writing is shut down and what the client still sends is read and
 /// dropped for a short while (bounded in time and bytes), as HTTP servers do (RFC 9112 §9.6).
-struct ClientIo {
-    inner: Option<Guarded<TcpStream>>,
+struct ClientIo<S: Stream> {
+    inner: Option<Guarded<S>>,
     activity: Arc<ConnActivity>,
     verdict: Arc<Verdict>,
 }
 
-impl Drop for ClientIo {
+/// A client byte stream: plain TCP, or TLS over it.
+pub trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> Stream for T {}
+
+impl<S: Stream> Drop for ClientIo<S> {
     fn drop(&mut self) {
         // A request the framing check hid from hyper is answered here, after hyper wrote the
         // responses of the requests before it.
@@ -219,7 +224,7 @@ impl Drop for ClientIo {
 
 /// Answers `refused` (if any) with 400 and `Connection: close`, then reads and drops what the
 /// client still sends, for at most 2 s or 256 KiB, then closes.
-async fn linger(mut s: TcpStream, refused: Option<framing::Violation>) {
+async fn linger<S: Stream>(mut s: S, refused: Option<framing::Violation>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     if let Some(v) = refused {
         let body = format!("{}\n", v.message());
@@ -249,13 +254,13 @@ async fn linger(mut s: TcpStream, refused: Option<framing::Violation>) {
     }
 }
 
-impl ClientIo {
-    fn stream(&mut self) -> &mut Guarded<TcpStream> {
+impl<S: Stream> ClientIo<S> {
+    fn stream(&mut self) -> &mut Guarded<S> {
         self.inner.as_mut().expect("taken only on drop")
     }
 }
 
-impl tokio::io::AsyncRead for ClientIo {
+impl<S: Stream> tokio::io::AsyncRead for ClientIo<S> {
     fn poll_read(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
@@ -272,7 +277,7 @@ impl tokio::io::AsyncRead for ClientIo {
     }
 }
 
-impl tokio::io::AsyncWrite for ClientIo {
+impl<S: Stream> tokio::io::AsyncWrite for ClientIo<S> {
     fn poll_write(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
@@ -331,17 +336,35 @@ struct Conn {
     activity: Arc<ConnActivity>,
 }
 
-/// Serves one accepted HTTP client connection until it ends, it idles out, or `drain` turns
-/// true (then in-flight requests finish and the connection closes).
+/// Serves one accepted cleartext HTTP client connection until it ends, it idles out, or
+/// `drain` turns true (then in-flight requests finish and the connection closes). HTTP/2 is
+/// recognised by its connection preface (prior knowledge), if the virtual server allows it.
 pub async fn serve_connection(
     slot: Arc<Slot>,
     stream: TcpStream,
     peer: SocketAddr,
     drain: watch::Receiver<bool>,
 ) {
+    let _ = stream.set_nodelay(true);
+    let (allow_h2, limit) = {
+        let vs = slot.vs.load();
+        (vs.config.http2, vs.config.request_header_timeout)
+    };
+    let h2 = allow_h2 && is_h2_preface(&stream, limit).await;
+    serve_stream(slot, stream, peer, drain, h2).await;
+}
+
+/// Serves one client connection over any byte stream (TLS after its handshake: `h2` from the
+/// negotiated ALPN protocol), like [`serve_connection`].
+pub async fn serve_stream<S: Stream>(
+    slot: Arc<Slot>,
+    stream: S,
+    peer: SocketAddr,
+    drain: watch::Receiver<bool>,
+    h2: bool,
+) {
     let vs = slot.vs.load_full();
     let cfg = &vs.config;
-    let _ = stream.set_nodelay(true);
     let verdict = Arc::new(Verdict::default());
     let activity = Arc::new(ConnActivity::default());
     let io = ClientIo {
@@ -367,7 +390,6 @@ pub async fn serve_connection(
     });
     let idle = cfg.client_idle_timeout;
     let header = cfg.request_header_timeout;
-    let h2 = cfg.http2 && is_h2_preface(io.inner.as_ref().expect("new"), header).await;
     if h2 {
         let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
         b.timer(TokioTimer::new())
@@ -398,12 +420,12 @@ pub async fn serve_connection(
 
 /// Whether the client starts with the HTTP/2 connection preface (RFC 9113 §3.4). Peeks, so
 /// nothing is consumed; waits at most `limit` for the first 24 bytes.
-async fn is_h2_preface(stream: &Guarded<TcpStream>, limit: Duration) -> bool {
+async fn is_h2_preface(stream: &TcpStream, limit: Duration) -> bool {
     const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     let deadline = tokio::time::Instant::now() + limit;
     let mut buf = [0u8; 24];
     loop {
-        let n = match tokio::time::timeout_at(deadline, stream.get_ref().peek(&mut buf)).await {
+        let n = match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
             Ok(Ok(n)) => n,
             _ => return false,
         };
