@@ -22,10 +22,12 @@ use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// A `headway origin` on a loopback port, named so responses say who answered.
+/// A `headway origin` on a loopback port, named so responses say who answered. It runs on a
+/// runtime of its own, so [`Origin::kill`] ends it at once: listener and connections closed
+/// before `kill` returns.
 struct Origin {
     addr: SocketAddr,
-    task: tokio::task::JoinHandle<()>,
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Origin {
@@ -34,7 +36,15 @@ impl Origin {
     }
 
     async fn start_on(addr: SocketAddr, name: &str, latency: Duration) -> Origin {
-        let listener = headway_origin::listen(addr).await.expect("origin listens");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime
+            .spawn(async move { headway_origin::listen(addr).await.expect("origin listens") })
+            .await
+            .unwrap();
         let addr = listener.local_addr().unwrap();
         let cfg = OriginConfig {
             listen: addr,
@@ -42,15 +52,39 @@ impl Origin {
             name: Some(name.to_string()),
             ..OriginConfig::default()
         };
-        let task = tokio::spawn(async move {
+        runtime.spawn(async move {
             let _ = headway_origin::serve(listener, cfg, std::future::pending()).await;
         });
-        Origin { addr, task }
+        Origin {
+            addr,
+            runtime: Some(runtime),
+        }
     }
 
-    /// Kills the server at once: listener and connections gone.
-    fn kill(&self) {
-        self.task.abort();
+    /// Kills the server at once: listener and connections gone when this returns.
+    fn kill(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+        // shutdown_background drops the tasks (and their sockets) on this thread before
+        // returning for tasks that are idle; wait until the port refuses connections.
+        let deadline = SystemClock::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(self.addr).is_ok() {
+            assert!(
+                SystemClock::now() < deadline,
+                "origin {} did not die",
+                self.addr
+            );
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
     }
 }
 
@@ -226,8 +260,8 @@ async fn least_connection_sends_new_requests_away_from_a_slow_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cookie_persistence_holds_and_fails_over_when_its_server_dies() {
-    let a = Origin::start("a", Duration::ZERO).await;
-    let b = Origin::start("b", Duration::ZERO).await;
+    let mut a = Origin::start("a", Duration::ZERO).await;
+    let mut b = Origin::start("b", Duration::ZERO).await;
     let text = format!(
         "{}{}",
         group(
@@ -271,7 +305,7 @@ async fn cookie_persistence_holds_and_fails_over_when_its_server_dies() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_server_is_marked_down_within_interval_times_fall_and_up_after_rise() {
-    let a = Origin::start("a", Duration::ZERO).await;
+    let mut a = Origin::start("a", Duration::ZERO).await;
     let b = Origin::start("b", Duration::ZERO).await;
     let text = format!(
         "[[monitor]]\nname = \"m\"\nkind = \"http\"\npath = \"/healthz\"\nexpect_body = \"ok\"\ninterval = \"200ms\"\ntimeout = \"150ms\"\nfall = 3\nrise = 2\n{}{}",
@@ -477,7 +511,7 @@ async fn a_queued_request_gets_503_after_the_queue_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backup_servers_serve_only_when_every_primary_is_down() {
-    let primary = Origin::start("primary", Duration::ZERO).await;
+    let mut primary = Origin::start("primary", Duration::ZERO).await;
     let backup = Origin::start("backup", Duration::ZERO).await;
     let text = format!(
         "[[monitor]]\nname = \"m\"\nkind = \"tcp\"\ninterval = \"100ms\"\nfall = 1\nrise = 1\n{}{}",
@@ -819,7 +853,7 @@ async fn reloads_under_load_fail_no_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_under_load_fails_only_its_in_flight_posts() {
-    let a = Origin::start("a", Duration::from_millis(20)).await;
+    let mut a = Origin::start("a", Duration::from_millis(20)).await;
     let b = Origin::start("b", Duration::from_millis(20)).await;
     let text = format!(
         "{}{}",
