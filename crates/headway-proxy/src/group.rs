@@ -27,8 +27,8 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 use tokio::sync::Notify;
 
-use crate::pool::Pool;
 use crate::stats::{GroupCounters, ServerCounters, ServerSnapshot};
+use crate::upstream::Pool;
 
 /// A server's state that survives reloads (kept while the group and server names and the
 /// address stay the same).

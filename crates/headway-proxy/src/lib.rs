@@ -7,7 +7,8 @@
 //!   graceful shutdown, server state changes, the [`AdcSnapshot`] of counters and state;
 //! - [`group`]: selection within limits, persistence (inserted cookie, source IP), backups, the
 //!   surge queue;
-//! - [`pool`]: backend connection reuse (idle keep-alive connections per server);
+//! - [`upstream`]: connections to servers and their reuse (idle keep-alive connections per
+//!   server);
 //! - [`health`]: TCP and HTTP monitors in the background;
 //! - [`http`]: the L7 path (HTTP/1.1 with keep-alive and pipelining, HTTP/2 with prior
 //!   knowledge; content switching, header rules, forwarding headers, retries, framing checks,
@@ -33,9 +34,9 @@ pub mod health;
 pub mod http;
 pub mod l4;
 pub mod limits;
-pub mod pool;
 pub mod runtime;
 pub mod stats;
+pub mod upstream;
 
 pub use runtime::{ApplyError, Proxy, StateError};
 pub use stats::{AdcSnapshot, GroupSnapshot, ServerSnapshot, VirtualServerSnapshot};

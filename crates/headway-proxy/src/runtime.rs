@@ -37,8 +37,8 @@ use crate::group::{Group, GroupState, ServerState};
 use crate::http::access_log::{LogError, Logger};
 use crate::http::route::Router;
 use crate::http::{Slot, VsRuntime, VsShared};
-use crate::pool::Pool;
 use crate::stats::{AdcSnapshot, GroupSnapshot, VirtualServerSnapshot};
+use crate::upstream::Pool;
 
 /// Listen backlog: large, so a burst of connections (or a SYN flood with SYN cookies) does
 /// not overflow the accept queue.

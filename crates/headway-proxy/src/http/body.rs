@@ -1,10 +1,12 @@
-//! The body types of the L7 path: [`ReqBody`] (client → server) and [`RespBody`] (server →
-//! client), and the [`Exchange`] that ends when the response body does.
+//! The response body on its way to the client ([`RespBody`]), and the [`Exchange`] that ends
+//! when it does.
 //!
-//! Both bodies stream: nothing is buffered whole. [`RespBody`] carries the request's
-//! [`Exchange`] and ends it exactly once — at the end of the body (the server connection goes
-//! back to the pool), on a body error, or when hyper drops the body early (the client went
-//! away; the server connection is closed, never reused half-read).
+//! A server's body is read straight from the server connection as the client takes it, and
+//! de-framed by [`codec::Decoder`] (payload bytes are handed on without a copy); nothing is
+//! buffered whole. [`RespBody`] carries the request's [`Exchange`] and ends it exactly once —
+//! at the end of the body (the server connection goes back to the pool), on an error, or when
+//! hyper drops the body early (the client went away: the server connection is closed, never
+//! reused half-read).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -13,66 +15,34 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use headway_core::SystemClock;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::client::conn::http1::SendRequest;
+use hyper::body::{Body, Frame, SizeHint};
 
 use crate::group::Lease;
 use crate::http::access_log::{Entry, Logger};
+use crate::http::codec::{self, Decoder, Step};
 use crate::http::ConnActivity;
 use crate::stats::VirtualServerCounters;
+use crate::upstream::Conn;
 
-/// A request body on its way to a server.
-#[derive(Debug)]
-pub enum ReqBody {
-    /// No body.
-    Empty,
-    /// The client's body, streamed; received bytes are counted.
-    Stream(Incoming, Arc<VirtualServerCounters>),
+/// Why a server's body could not be read to its end.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BodyError {
+    /// Reading from the server failed.
+    #[error("reading the response body from the server failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The server closed the connection before the end of the body.
+    #[error("the server closed the connection before the end of the response body")]
+    Truncated,
+    /// The body's framing was malformed.
+    #[error(transparent)]
+    Framing(#[from] codec::ParseError),
 }
 
-impl Body for ReqBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match self.get_mut() {
-            ReqBody::Empty => Poll::Ready(None),
-            ReqBody::Stream(inner, counters) => {
-                let f = ready!(Pin::new(inner).poll_frame(cx));
-                if let Some(Ok(frame)) = &f {
-                    if let Some(d) = frame.data_ref() {
-                        counters.bytes_in.add(d.len() as u64);
-                    }
-                }
-                Poll::Ready(f)
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            ReqBody::Empty => true,
-            ReqBody::Stream(b, _) => b.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            ReqBody::Empty => SizeHint::with_exact(0),
-            ReqBody::Stream(b, _) => b.size_hint(),
-        }
-    }
-}
-
-/// What ends with a response: the server slot, the server connection, counters and the log.
+/// What ends with a response: the server slot, counters and the log.
 pub struct Exchange {
     /// The server slot; released when the exchange ends.
     pub lease: Option<Lease>,
-    /// The server connection, returned to the pool on a clean end when `reusable`.
-    pub conn: Option<SendRequest<ReqBody>>,
     /// Whether the server connection may be reused (the server did not ask to close it).
     pub reusable: bool,
     /// The virtual server's counters.
@@ -86,13 +56,13 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    fn end(mut self, complete: bool, body_bytes: u64) {
+    fn end(mut self, complete: bool, body_bytes: u64, conn: Option<Conn>) {
         let elapsed = SystemClock::now().saturating_duration_since(self.started);
         self.counters.latency.record(elapsed);
         self.counters.bytes_out.add(body_bytes);
         if let Some(lease) = &self.lease {
             lease.server.counters.bytes_in.add(body_bytes);
-            if let Some(conn) = self.conn.take() {
+            if let Some(conn) = conn {
                 if complete && self.reusable {
                     lease.server.pool.checkin(conn);
                 }
@@ -113,7 +83,10 @@ impl Exchange {
 
 enum Inner {
     Full(Option<Bytes>),
-    Upstream(Incoming),
+    Upstream {
+        conn: Option<Conn>,
+        decoder: Decoder,
+    },
 }
 
 /// A response body on its way to the client.
@@ -141,58 +114,126 @@ impl RespBody {
         }
     }
 
-    /// A server's body, streamed, ending `exchange` at its end.
-    pub fn upstream(body: Incoming, exchange: Exchange) -> Self {
-        RespBody {
-            inner: Inner::Upstream(body),
+    /// A server's body, read from `conn` through `decoder`, ending `exchange` at its end.
+    pub fn upstream(conn: Conn, decoder: Decoder, exchange: Exchange) -> Self {
+        let mut b = RespBody {
+            inner: Inner::Upstream {
+                conn: Some(conn),
+                decoder,
+            },
             exchange: Some(exchange),
             bytes: 0,
+        };
+        // A body that is already complete (HEAD, 204, 304, `Content-Length: 0`) ends now.
+        if b.is_end_stream() {
+            b.finish(true);
         }
+        b
     }
 
     fn finish(&mut self, complete: bool) {
+        let conn = match &mut self.inner {
+            Inner::Upstream { conn, .. } => conn.take(),
+            Inner::Full(_) => None,
+        };
         if let Some(x) = self.exchange.take() {
-            x.end(complete, self.bytes);
+            x.end(complete, self.bytes, conn);
+        }
+    }
+
+    fn poll_upstream(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, BodyError>>> {
+        let Inner::Upstream { conn, decoder } = &mut self.inner else {
+            return Poll::Ready(None);
+        };
+        let Some(c) = conn.as_mut() else {
+            return Poll::Ready(None);
+        };
+        loop {
+            match decoder.step(&c.buf)? {
+                Step::Data(n) => return Poll::Ready(Some(Ok(c.buf.split_to(n).freeze()))),
+                Step::Skip(n) => {
+                    let _ = c.buf.split_to(n);
+                }
+                Step::Done(n) => {
+                    let _ = c.buf.split_to(n);
+                    return Poll::Ready(None);
+                }
+                Step::NeedMore => {
+                    if c.buf.capacity() - c.buf.len() < 4096 {
+                        // Large bodies read in larger pieces.
+                        let want = decoder
+                            .remaining()
+                            .map_or(64 * 1024, |r| r.clamp(4096, 256 * 1024) as usize);
+                        c.buf.reserve(want);
+                    }
+                    match c.stream.try_read_buf(&mut c.buf) {
+                        Ok(0) => {
+                            return if decoder.eof() {
+                                Poll::Ready(None)
+                            } else {
+                                Poll::Ready(Some(Err(BodyError::Truncated)))
+                            };
+                        }
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            ready!(c.stream.poll_read_ready(cx))?;
+                        }
+                        Err(e) => return Poll::Ready(Some(Err(e.into()))),
+                    }
+                }
+            }
         }
     }
 }
 
 impl Body for RespBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let me = self.get_mut();
         let polled = match &mut me.inner {
-            Inner::Full(data) => data.take().map(|d| Ok(Frame::data(d))),
-            Inner::Upstream(b) => ready!(Pin::new(b).poll_frame(cx)),
+            Inner::Full(data) => data.take().map(Ok),
+            Inner::Upstream { .. } => ready!(me.poll_upstream(cx)),
         };
-        match &polled {
-            Some(Ok(frame)) => {
-                if let Some(d) = frame.data_ref() {
-                    me.bytes += d.len() as u64;
+        match polled {
+            Some(Ok(d)) => {
+                me.bytes += d.len() as u64;
+                // The last payload bytes end the exchange at once, so the server connection
+                // is back in the pool before the client even reads them.
+                if me.is_end_stream() {
+                    me.finish(true);
                 }
+                Poll::Ready(Some(Ok(Frame::data(d))))
             }
-            Some(Err(_)) => me.finish(false),
-            None => me.finish(true),
+            Some(Err(e)) => {
+                me.finish(false);
+                Poll::Ready(Some(Err(e)))
+            }
+            None => {
+                me.finish(true);
+                Poll::Ready(None)
+            }
         }
-        Poll::Ready(polled)
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.inner {
             Inner::Full(d) => d.as_ref().is_none_or(Bytes::is_empty),
-            Inner::Upstream(b) => b.is_end_stream(),
+            Inner::Upstream { decoder, conn } => decoder.is_done() || conn.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.inner {
             Inner::Full(d) => SizeHint::with_exact(d.as_ref().map_or(0, |d| d.len() as u64)),
-            Inner::Upstream(b) => b.size_hint(),
+            Inner::Upstream { decoder, .. } => match decoder.remaining() {
+                Some(n) => SizeHint::with_exact(n),
+                None => SizeHint::default(),
+            },
         }
     }
 }

@@ -20,6 +20,7 @@
 
 pub mod access_log;
 pub mod body;
+pub mod codec;
 pub mod framing;
 pub mod headers;
 pub mod route;
@@ -42,10 +43,9 @@ use tokio::sync::watch;
 
 use crate::group::{Affinity, Group, Lease, Unavailable};
 use crate::limits::ClientLimits;
-use crate::pool::ConnectError;
 use crate::stats::VirtualServerCounters;
 use access_log::{Entry, Logger};
-use body::{Exchange, ReqBody, RespBody};
+use body::{Exchange, RespBody};
 use framing::{FramingChecker, Guarded, Verdict};
 use headers::{Forwarding, Rules};
 use route::Router;
@@ -671,12 +671,25 @@ async fn phases(
             .iter()
             .find_map(|v| spec.find_in(v.as_bytes()).map(<[u8]>::to_vec))
     });
+    let method = parts.method.clone();
+    let version = parts.version;
     match upstream(conn, vs, &group, parts, body, cookie.as_deref()).await {
         Flow::Respond(r) => local_end(r),
-        Flow::Continue((resp, lease, sender, reusable)) => {
+        Flow::Continue(up) => {
             // 5 respond
-            let (mut rparts, rbody) = resp.into_parts();
-            let close = headers::strip_hop_by_hop(&mut rparts.headers);
+            let Upstream {
+                head,
+                lease,
+                conn: server_conn,
+                decoder,
+            } = up;
+            let mut rparts = Response::new(()).into_parts().0;
+            rparts.status = head.status;
+            rparts.version = version;
+            rparts.headers = head.headers;
+            // HTTP/1.0 servers close unless they say keep-alive; we never ask them to.
+            let close =
+                headers::strip_hop_by_hop(&mut rparts.headers) || head.version == Version::HTTP_10;
             vs.response_rules.apply(&mut rparts.headers);
             if let Some(value) = group.cookie_value(lease.index) {
                 if cookie.as_deref() != Some(value.as_bytes()) {
@@ -696,27 +709,40 @@ async fn phases(
             });
             let exchange = Exchange {
                 lease: Some(lease),
-                conn: Some(sender),
-                reusable: reusable && !close,
+                reusable: !close,
                 counters: vs.shared.counters.clone(),
                 activity: conn.activity.clone(),
                 started,
                 log,
             };
+            let _ = method;
             Flow::Continue(Response::from_parts(
                 rparts,
-                RespBody::upstream(rbody, exchange),
+                RespBody::upstream(server_conn, decoder, exchange),
             ))
         }
     }
 }
 
-type Upstream = (
-    Response<Incoming>,
-    Lease,
-    hyper::client::conn::http1::SendRequest<ReqBody>,
-    bool,
-);
+/// A server's answer: its head, the slot and connection it came on, and the body's decoder.
+struct Upstream {
+    head: codec::ResponseHead,
+    lease: Lease,
+    conn: crate::upstream::Conn,
+    decoder: codec::Decoder,
+}
+
+/// Why one attempt at a server failed, and whether another may follow.
+enum Attempt {
+    /// Nothing reached the server (connect failed, or the pooled connection was dead before a
+    /// byte was written): any request may be tried again.
+    NotSent(StatusCode, &'static str),
+    /// The request was sent (or partly) and no response byte came back: only a request that
+    /// may be sent twice is tried again.
+    NoResponse(StatusCode, &'static str),
+    /// Give up with this answer.
+    Fail(StatusCode, &'static str),
+}
 
 /// Phases 3 and 4: choose a server, send, get the response header; retry as configured.
 async fn upstream(
@@ -742,6 +768,9 @@ async fn upstream(
         }
     }
     headers::strip_hop_by_hop(&mut parts.headers);
+    // The client's `Expect: 100-continue` was answered on the client side (hyper sends the 100
+    // when the body is read); the server gets the body at once.
+    parts.headers.remove(header::EXPECT);
     headers::add_forwarding(
         &mut parts.headers,
         Forwarding {
@@ -754,39 +783,32 @@ async fn upstream(
         host.as_deref(),
     );
     vs.request_rules.apply(&mut parts.headers);
-    if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
-        let pq = parts
-            .uri
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_string();
-        if let Ok(u) = pq.parse() {
-            parts.uri = u;
-        }
-    }
-    parts.version = Version::HTTP_11;
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     // Only url-hash reads the URL.
-    let url = (cfg.method == headway_lb::select::Method::UrlHash)
-        .then(|| parts.uri.path_and_query().map(|p| p.as_str().to_string()))
-        .flatten();
-    let mut body = if body.is_end_stream() {
-        ReqBody::Empty
+    let url = (cfg.method == headway_lb::select::Method::UrlHash).then_some(target.as_bytes());
+    let framing = if body.is_end_stream() {
+        codec::RequestFraming::Empty
     } else {
-        ReqBody::Stream(body, vs.shared.counters.clone())
+        match body.size_hint().exact() {
+            Some(n) => codec::RequestFraming::Length(n),
+            None => codec::RequestFraming::Chunked,
+        }
     };
-    let replayable = idempotent(&parts.method) && matches!(body, ReqBody::Empty);
-    let mut last_error = (
+    let mut head = bytes::BytesMut::new();
+    codec::write_request_head(&mut head, &parts.method, target, &parts.headers, framing);
+    let replayable = idempotent(&parts.method) && framing == codec::RequestFraming::Empty;
+    let mut body = Some(body);
+    let mut last = (
         StatusCode::SERVICE_UNAVAILABLE,
         "no server could be reached",
     );
-    let mut parts = Some(parts);
     let mut tried = 0u64;
     for attempt in 0..=cfg.retries {
         let lease = match group
             .acquire(Affinity {
                 client: Some(conn.peer.ip()),
                 cookie,
-                url: url.as_deref().map(str::as_bytes),
+                url,
                 exclude: tried,
             })
             .await
@@ -809,93 +831,217 @@ async fn upstream(
         };
         let server = lease.server.clone();
         tried |= 1u64.checked_shl(lease.index as u32).unwrap_or(0);
-        let mut c = match server
-            .pool
-            .checkout(server.address, cfg.connect_timeout, &server.counters)
-            .await
-        {
-            Ok(c) => c,
-            Err(e) => {
-                server.counters.connect_failures.inc();
-                tracing::debug!(group = %cfg.name, server = %server.address, error = %e, "connect failed");
-                if attempt < cfg.retries {
-                    server.counters.retries.inc();
-                }
-                last_error = match e {
-                    ConnectError::Timeout(_) => (
-                        StatusCode::GATEWAY_TIMEOUT,
-                        "connecting to the server timed out",
-                    ),
-                    _ => (
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "no server could be reached",
-                    ),
-                };
-                continue;
+        let outcome = exchange(
+            &server,
+            cfg,
+            &head,
+            &mut body,
+            framing,
+            &parts.method,
+            &vs.shared.counters,
+        )
+        .await;
+        let retry = attempt < cfg.retries;
+        match outcome {
+            Ok((c, h, decoder)) => {
+                return Flow::Continue(Upstream {
+                    head: h,
+                    lease,
+                    conn: c,
+                    decoder,
+                })
             }
-        };
-        let Some(p) = parts.take() else { break };
-        // Keep a copy only if this request may be sent again after it was sent once.
-        let keep = (replayable && attempt < cfg.retries).then(|| clone_parts(&p));
-        let req = Request::from_parts(p, std::mem::replace(&mut body, ReqBody::Empty));
-        let sent_at = SystemClock::now();
-        let result =
-            tokio::time::timeout(cfg.response_timeout, c.sender.try_send_request(req)).await;
-        match result {
-            Ok(Ok(resp)) => {
-                let rt = SystemClock::now().saturating_duration_since(sent_at);
-                server.counters.latency.record(rt);
-                server.observe_response_time(rt);
-                return Flow::Continue((resp, lease, c.sender, true));
-            }
-            Ok(Err(mut e)) => {
-                server.counters.failures.inc();
-                let unsent = e.take_message();
-                tracing::debug!(group = %cfg.name, server = %server.address, error = %e.error(), reused = c.reused, "request to server failed");
-                match (unsent, keep) {
-                    // Never sent (the pooled connection was closed): safe for any request.
-                    (Some(req), _) => {
-                        let (p, b) = req.into_parts();
-                        parts = Some(p);
-                        body = b;
-                    }
-                    // Sent, failed before any response byte: only an idempotent bodiless
-                    // request is sent again.
-                    (None, Some(k)) => parts = Some(k),
-                    (None, None) => {
-                        return Flow::Respond(local(
-                            StatusCode::BAD_GATEWAY,
-                            "the server closed the connection without a response",
-                            false,
-                        ))
-                    }
-                }
-                last_error = (
-                    StatusCode::BAD_GATEWAY,
-                    "the server closed the connection without a response",
-                );
-                if attempt < cfg.retries {
-                    server.counters.retries.inc();
-                }
-            }
-            Err(_) => {
-                server.counters.failures.inc();
-                return Flow::Respond(local(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "the server did not answer in time",
-                    false,
-                ));
+            Err(Attempt::NotSent(status, why)) => last = (status, why),
+            Err(Attempt::NoResponse(status, why)) if replayable => last = (status, why),
+            Err(Attempt::NoResponse(status, why) | Attempt::Fail(status, why)) => {
+                return Flow::Respond(local(status, why, false))
             }
         }
+        if retry {
+            server.counters.retries.inc();
+        }
     }
-    Flow::Respond(local(last_error.0, last_error.1, false))
+    Flow::Respond(local(last.0, last.1, false))
 }
 
-fn clone_parts(p: &http::request::Parts) -> http::request::Parts {
-    let (mut c, ()) = Request::new(()).into_parts();
-    c.method = p.method.clone();
-    c.uri = p.uri.clone();
-    c.version = p.version;
-    c.headers = p.headers.clone();
-    c
+/// One attempt on one server: connection, request, response head.
+async fn exchange(
+    server: &crate::group::ServerState,
+    cfg: &headway_config::adc::ServerGroup,
+    head: &[u8],
+    body: &mut Option<Incoming>,
+    framing: codec::RequestFraming,
+    method: &Method,
+    vs_counters: &VirtualServerCounters,
+) -> Result<(crate::upstream::Conn, codec::ResponseHead, codec::Decoder), Attempt> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut c = match server
+        .pool
+        .checkout(server.address, cfg.connect_timeout, &server.counters)
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            server.counters.connect_failures.inc();
+            tracing::debug!(group = %cfg.name, server = %server.address, error = %e, "connect failed");
+            return Err(match e {
+                crate::upstream::ConnectError::Timeout(_) => Attempt::NotSent(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "connecting to the server timed out",
+                ),
+                _ => Attempt::NotSent(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "no server could be reached",
+                ),
+            });
+        }
+    };
+    let failed = |why: &str| {
+        server.counters.failures.inc();
+        tracing::debug!(group = %cfg.name, server = %server.address, reason = why, "request to server failed");
+    };
+    let sent_at = SystemClock::now();
+    let deadline = tokio::time::Instant::now() + cfg.response_timeout;
+    // Send: the head, then the body (as the client sends it).
+    if let Err(e) = c.stream.write_all(head).await {
+        failed(&e.to_string());
+        return Err(if c.reused {
+            Attempt::NotSent(StatusCode::BAD_GATEWAY, "the server closed the connection")
+        } else {
+            Attempt::NoResponse(StatusCode::BAD_GATEWAY, "the server closed the connection")
+        });
+    }
+    if framing != codec::RequestFraming::Empty {
+        let Some(mut b) = body.take() else {
+            return Err(Attempt::Fail(
+                StatusCode::BAD_GATEWAY,
+                "the request body was lost",
+            ));
+        };
+        if let Err(why) = send_body(
+            &mut c.stream,
+            &mut b,
+            framing,
+            vs_counters,
+            &server.counters,
+        )
+        .await
+        {
+            failed(why);
+            return Err(Attempt::Fail(StatusCode::BAD_GATEWAY, why));
+        }
+    }
+    // Receive the head (skipping 1xx interim answers).
+    let read = async {
+        loop {
+            if !c.buf.is_empty() {
+                match codec::parse_response_head(&c.buf) {
+                    Ok(Some((h, n))) => {
+                        let _ = c.buf.split_to(n);
+                        if h.status.is_informational()
+                            && h.status != StatusCode::SWITCHING_PROTOCOLS
+                        {
+                            continue;
+                        }
+                        return Ok(h);
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Err((true, e.to_string())),
+                }
+            }
+            c.buf.reserve(8192);
+            match c.stream.read_buf(&mut c.buf).await {
+                Ok(0) => {
+                    return Err((
+                        !c.buf.is_empty(),
+                        "the server closed the connection".to_string(),
+                    ))
+                }
+                Ok(_) => {}
+                Err(e) => return Err((!c.buf.is_empty(), e.to_string())),
+            }
+        }
+    };
+    let h = match tokio::time::timeout_at(deadline, read).await {
+        Ok(Ok(h)) => h,
+        Ok(Err((partial, why))) => {
+            failed(&why);
+            return Err(if partial {
+                Attempt::Fail(
+                    StatusCode::BAD_GATEWAY,
+                    "the server sent an invalid response",
+                )
+            } else {
+                Attempt::NoResponse(
+                    StatusCode::BAD_GATEWAY,
+                    "the server closed the connection without a response",
+                )
+            });
+        }
+        Err(_) => {
+            failed("response timeout");
+            return Err(Attempt::Fail(
+                StatusCode::GATEWAY_TIMEOUT,
+                "the server did not answer in time",
+            ));
+        }
+    };
+    let decoder = match codec::response_framing(method, h.status, &h.headers) {
+        Ok(f) => codec::Decoder::new(f),
+        Err(e) => {
+            failed(&e.to_string());
+            return Err(Attempt::Fail(
+                StatusCode::BAD_GATEWAY,
+                "the server sent an invalid response",
+            ));
+        }
+    };
+    let rt = SystemClock::now().saturating_duration_since(sent_at);
+    server.counters.latency.record(rt);
+    server.observe_response_time(rt);
+    Ok((c, h, decoder))
+}
+
+/// Streams the client's request body to the server in the framing of the head.
+async fn send_body(
+    s: &mut tokio::net::TcpStream,
+    body: &mut Incoming,
+    framing: codec::RequestFraming,
+    vs_counters: &VirtualServerCounters,
+    server_counters: &crate::stats::ServerCounters,
+) -> Result<(), &'static str> {
+    use http_body_util::BodyExt as _;
+    use tokio::io::AsyncWriteExt as _;
+    let chunked = framing == codec::RequestFraming::Chunked;
+    let mut frame_head = bytes::BytesMut::with_capacity(32);
+    while let Some(f) = body.frame().await {
+        let f = f.map_err(|_| "the client's request body was cut short or malformed")?;
+        let Ok(data) = f.into_data() else { continue };
+        if data.is_empty() {
+            continue;
+        }
+        vs_counters.bytes_in.add(data.len() as u64);
+        server_counters.bytes_out.add(data.len() as u64);
+        if chunked {
+            frame_head.clear();
+            codec::write_chunk_size(&mut frame_head, data.len());
+            s.write_all(&frame_head)
+                .await
+                .map_err(|_| "writing to the server failed")?;
+        }
+        s.write_all(&data)
+            .await
+            .map_err(|_| "writing to the server failed")?;
+        if chunked {
+            s.write_all(b"\r\n")
+                .await
+                .map_err(|_| "writing to the server failed")?;
+        }
+    }
+    if chunked {
+        s.write_all(b"0\r\n\r\n")
+            .await
+            .map_err(|_| "writing to the server failed")?;
+    }
+    Ok(())
 }
