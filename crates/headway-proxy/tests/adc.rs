@@ -991,3 +991,70 @@ async fn http2_prior_knowledge_works_beside_http1() {
         assert_eq!(v["headers"]["host"][0], addr.to_string());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sharepoint_example_does_what_the_seeds_netscaler_does() {
+    // The example file as shipped, its four server addresses pointed at live origins and its
+    // listeners at free ports.
+    let names = [
+        "spsdog4-25",
+        "spsdog4-26",
+        "spsdog4-25-8080",
+        "spsdog4-26-8080",
+    ];
+    let mut origins = Vec::new();
+    let mut text = include_str!("../../headway-config/examples/adc-sharepoint.toml")
+        .replace("127.0.0.1:8000", "127.0.0.1:0")
+        .replace("access_log = \"-\"\n", "")
+        .replace("access_log_format = \"combined\"\n", "")
+        .replace("[admin]\nlisten = \"127.0.0.1:9090\"\n", "");
+    for (i, n) in names.iter().enumerate() {
+        let o = Origin::start(n, Duration::ZERO).await;
+        text = text.replace(&format!("127.0.0.1:{}", 8081 + i), &o.addr.to_string());
+        origins.push(o);
+    }
+    let (p, addr) = proxy(&text).await;
+    let c = client();
+    // Least connection over the port-80 pair, an inserted session cookie, kept from then on.
+    let first = get(&c, addr, "/Pages/default.aspx").await;
+    assert!(
+        first.origin() == "spsdog4-25" || first.origin() == "spsdog4-26",
+        "{}",
+        first.origin()
+    );
+    let set = first.headers["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        set.starts_with("NSC_SP80=") && set.contains("HttpOnly") && !set.contains("Max-Age"),
+        "{set}"
+    );
+    let cookie = set.split(';').next().unwrap().to_string();
+    for _ in 0..50 {
+        let r = send(
+            &c,
+            "GET",
+            addr,
+            "/Docs/report.doc",
+            &[("cookie", &cookie)],
+            b"",
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.origin(), first.origin());
+    }
+    // The content-switching policy: My Site goes to the 8080 pair, with its own cookie.
+    let r = get(&c, addr, "/personal/_layouts/MySite.aspx").await;
+    assert!(r.origin().ends_with("-8080"), "{}", r.origin());
+    assert!(r.headers["set-cookie"]
+        .to_str()
+        .unwrap()
+        .starts_with("NSC_SP8080="));
+    // The TCP monitor on the port-80 group and the HTTP monitor on the 8080 group both pass.
+    until(&p, "monitors", |s| {
+        s.groups.iter().all(|g| {
+            g.servers
+                .iter()
+                .all(|v| v.checks_ok >= 1 && v.health == "up")
+        })
+    })
+    .await;
+}

@@ -30,8 +30,8 @@
 //! connection cells at the rates two cores reach.
 
 mod config;
-mod load;
-mod procs;
+pub(crate) mod load;
+pub(crate) mod procs;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -10,6 +10,7 @@
 //! | `bench emulator` | TCP throughput through the emulator vs a direct veth link; release-timing error at 100 Mbit/s / 50 ms |
 //! | `bench wanopt file-download` | seed 000's file-download matrix: plain-TCP baseline, Headway first and second pass, beside the seed's numbers |
 //! | `bench wanopt correctness` | verified transfers both ways through the optimizer pair, with restarts and a wiped store |
+//! | `bench adc-reliability` | the ADC under 10 SIGHUP reloads in a 30 s wrk run, a server killed under GET and POST load, slowloris clients beside normal ones |
 //! | `bench adc` | seed 002's F5 matrix on loopback: L4 conn/s, L7 req/s at 1, 10, unlimited requests per connection × 5 sizes, HTTP/2 — Headway, HAProxy, NGINX and the bare origin, with CPU-seconds per 100,000 requests |
 //! | `bench wanopt changed-file` | a 12 MB DOC-like file, then copies with 1 % (0.1 %, 5 %) of its bytes changed: WAN bytes of each beside the first pass's |
 //! | `bench wanopt throughput` | LAN-side throughput through the optimizer pair per service class over an unconstrained link, iperf3 and non-repeating data, beside the direct path |
@@ -18,6 +19,7 @@
 //! [`bench_lab`]), so two of them can run at once.
 
 pub mod adc;
+pub mod adc_reliability;
 pub mod emulator;
 pub mod wanopt;
 pub mod wanopt_changed;
@@ -35,6 +37,8 @@ use crate::{LabOptions, TopologyKind, WanMode};
 pub enum BenchCommand {
     /// Seed 002's F5 ADC matrix: Headway, HAProxy and NGINX in front of one origin, on loopback.
     Adc(adc::AdcArgs),
+    /// The ADC under reloads, a server killed mid-load and slow-header clients (wrk).
+    AdcReliability(adc_reliability::ReliabilityArgs),
     /// Emulator throughput (vs a direct veth link) and release-timing accuracy.
     Emulator(emulator::EmulatorArgs),
     /// WAN-optimizer scenarios from the seeds.
@@ -46,6 +50,7 @@ pub enum BenchCommand {
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Adc(a) => adc::run(a),
+        BenchCommand::AdcReliability(a) => adc_reliability::run(a),
         BenchCommand::Emulator(a) => emulator::run(a),
         BenchCommand::Wanopt(c) => wanopt::run(c),
     }

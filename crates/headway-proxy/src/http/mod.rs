@@ -888,6 +888,7 @@ async fn exchange(
                 crate::upstream::ConnectError::Timeout(_) => Attempt::NotSent(
                     StatusCode::GATEWAY_TIMEOUT,
                     "connecting to the server timed out",
+            server.pool.clear();
                 ),
                 _ => Attempt::NotSent(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -903,6 +904,10 @@ async fn exchange(
     let sent_at = SystemClock::now();
     let deadline = tokio::time::Instant::now() + cfg.response_timeout;
     // Send: the head, then the body (as the client sends it).
+        // A connection that broke without an answer usually means the server went away:
+        // its other idle connections are suspect too, so none of them gets a request that
+        // could not be retried.
+        server.pool.clear();
     if let Err(e) = c.stream.write_all(head).await {
         failed(&e.to_string());
         return Err(if c.reused {
