@@ -65,6 +65,9 @@ pub struct AdcConfig {
     pub groups: Vec<ServerGroup>,
     /// The virtual servers, in file order; names and listen addresses unique, groups known.
     pub virtual_servers: Vec<VirtualServer>,
+    /// The file's TCP profiles (`[[tcp_profile]]`), in file order; names unique. Virtual servers
+    /// and groups hold their own resolved copy (presets included).
+    pub tcp_profiles: Vec<crate::tcp::TcpProfile>,
 }
 
 impl AdcConfig {
@@ -151,6 +154,9 @@ pub struct ServerGroup {
     pub pool_idle_timeout: Duration,
     /// Session persistence.
     pub persistence: Option<Persistence>,
+    /// The TCP profile of the connections to the servers; `None` = TCP_NODELAY on, the rest
+    /// Linux's defaults.
+    pub tcp_profile: Option<crate::tcp::TcpProfile>,
 }
 
 /// Session persistence of a group.
@@ -249,6 +255,11 @@ pub struct VirtualServer {
     pub access_log: Option<AccessLog>,
     /// Content-switching rules, first match wins (HTTP only).
     pub rules: Vec<Rule>,
+    /// The TCP profile of the client connections; `None` = TCP_NODELAY on, the rest Linux's
+    /// defaults.
+    pub tcp_profile: Option<crate::tcp::TcpProfile>,
+    /// The listen backlog asked for (1 – 1000000; the kernel caps it at `net.core.somaxconn`).
+    pub backlog: u32,
 }
 
 /// Layer 4 or layer 7.
@@ -832,6 +843,7 @@ fn group(g: &ServerGroupSection, origin: &Origin) -> Result<ServerGroup, ConfigE
             origin,
         )?,
         persistence,
+        tcp_profile: None,
     })
 }
 
@@ -1191,6 +1203,8 @@ fn virtual_server(
         response_headers: header_rules(v.response_headers.as_ref(), origin)?,
         access_log,
         rules,
+        tcp_profile: None,
+        backlog: crate::tcp::DEFAULT_BACKLOG,
         name,
     })
 }

@@ -262,8 +262,15 @@ impl TryFrom<ConfigFile> for Config {
             None => None,
         };
         let runtime = crate::adc::runtime(file.runtime.as_ref(), origin)?;
-        let adc = crate::adc::adc(
+        let mut adc = crate::adc::adc(
             &file.monitor,
+            &file.server_group,
+            &file.virtual_server,
+            origin,
+        )?;
+        crate::tcp::attach(
+            &mut adc,
+            &file.tcp_profile,
             &file.server_group,
             &file.virtual_server,
             origin,

@@ -24,6 +24,7 @@
 //! | `[[server_group.server]]` | one server ([`ServerSection`]) |
 //! | `[[virtual_server]]` | an ADC listener, `http` or `tcp` ([`VirtualServerSection`]); repeatable |
 //! | `[[virtual_server.rule]]` | a content-switching rule ([`AdcRuleSection`]) |
+//! | `[[tcp_profile]]` | TCP settings for virtual servers and server groups ([`TcpProfileSection`]); repeatable |
 //!
 //! Sections for the other roles (`[overlay]`, …) will be added here as those roles land. Until
 //! then any other top-level key or section is an error, so a misspelt or not-yet-supported
@@ -46,11 +47,13 @@ use crate::spec::LinkSpecInput;
 use crate::suggest::did_you_mean;
 
 mod adc;
+mod tcp;
 pub use adc::{
     HeaderMatchSection, HeaderRulesSection, MonitorSection, PersistenceSection,
     RuleSection as AdcRuleSection, RuntimeSection, ServerGroupSection, ServerSection,
     VirtualServerSection,
 };
+pub use tcp::TcpProfileSection;
 
 /// The whole config file as written.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -75,6 +78,10 @@ pub struct ConfigFile {
     /// The ADC's virtual servers (`[[virtual_server]]`). Default: none (no proxy runs).
     #[serde(default)]
     pub virtual_server: Vec<VirtualServerSection>,
+    /// TCP profiles (`[[tcp_profile]]`) that virtual servers and server groups name. Default:
+    /// none (the built-in presets need no section).
+    #[serde(default)]
+    pub tcp_profile: Vec<TcpProfileSection>,
     /// Where the file came from, to turn spans into line and column.
     #[serde(skip)]
     pub(crate) origin: Origin,

@@ -37,6 +37,7 @@
 //! | `config` | [`Config`], the conversion and the checks of `[admin]` and `[[link]]` |
 //! | [`wanopt`] | [`WanoptConfig`] and the checks of `[wanopt]` (peers, services, interception, files) |
 //! | [`adc`] | [`AdcConfig`], [`RuntimeConfig`] and the checks of `[runtime]`, `[[monitor]]`, `[[server_group]]`, `[[virtual_server]]` |
+//! | [`tcp`] | [`TcpProfile`]s: the checks of `[[tcp_profile]]`, the built-in presets of seed 003, route options |
 //! | [`spec`] | the link spec syntax ([`LinkSpec`]) |
 //! | `suggest` | did-you-mean suggestions |
 #![forbid(unsafe_code)]
@@ -46,6 +47,7 @@ mod config;
 pub mod file;
 pub mod spec;
 mod suggest;
+pub mod tcp;
 pub mod wanopt;
 
 pub use adc::{AdcConfig, RuntimeConfig};
@@ -55,4 +57,5 @@ pub use config::{
 pub use spec::{
     Dir, JitterDist, Limit, LinkSpec, LinkSpecInput, LossSpec, Overhead, SpecError, UnknownDir,
 };
+pub use tcp::TcpProfile;
 pub use wanopt::WanoptConfig;

@@ -6,9 +6,10 @@
 
 use std::fmt::Write as _;
 
-const SOURCES: [&str; 2] = [
+const SOURCES: [&str; 3] = [
     include_str!("../src/file.rs"),
     include_str!("../src/file/adc.rs"),
+    include_str!("../src/file/tcp.rs"),
 ];
 const DOC: &str = "../../docs/config.md";
 

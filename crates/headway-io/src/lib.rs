@@ -19,6 +19,10 @@
 //! - [`netns`]: moving the calling thread into a named network namespace (`/run/netns/NAME`).
 //! - [`transparent`]: `IP_TRANSPARENT` listeners for TPROXY interception.
 //! - [`splice`]: zero-copy socket-to-socket moves through a pipe (the ADC's L4 path).
+//! - [`tcp`]: the TCP options `socket2` lacks (minimum RTO, delayed-ACK ceiling, window clamp),
+//!   for the ADC's TCP profiles.
+//! - [`raw`]: raw IPv4 sockets that send whole packets (the lab's SYN flooder).
+//! - [`fds`]: duplicates of this process's own socket descriptors, to read their options.
 //!
 //! What it does not do: decide anything. It has no link model, no threads of its own and no
 //! policy; `headway-emulator` is its main user.
@@ -26,12 +30,15 @@
 //! Everything here is Linux-only and works on the calling thread's network namespace at the time
 //! of the call: a socket stays bound to the namespace it was created in.
 
+pub mod fds;
 pub mod iface;
 pub mod netns;
 pub mod offload;
 pub mod packet;
+pub mod raw;
 pub mod sched;
 pub mod splice;
+pub mod tcp;
 pub mod timer;
 pub mod transparent;
 

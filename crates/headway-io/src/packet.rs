@@ -305,41 +305,7 @@ impl SendSocket {
     /// Sends up to `MAX_BATCH` whole frames in one system call and returns how many the kernel
     /// took (in order). An error means the first frame was not sent.
     pub fn send_batch<B: AsRef<[u8]>>(&self, frames: &[B]) -> io::Result<usize> {
-        let n = frames.len().min(MAX_BATCH);
-        if n == 0 {
-            return Ok(0);
-        }
-        let mut iov = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; MAX_BATCH];
-        // SAFETY: `mmsghdr` is plain old data; all-zero is a valid empty header.
-        let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { mem::zeroed() };
-        for i in 0..n {
-            let f = frames[i].as_ref();
-            // The kernel only reads through send iovecs; the cast to *mut is what the C type
-            // demands.
-            iov[i] = libc::iovec {
-                iov_base: f.as_ptr() as *mut libc::c_void,
-                iov_len: f.len(),
-            };
-            hdrs[i].msg_hdr.msg_iov = &mut iov[i];
-            hdrs[i].msg_hdr.msg_iovlen = 1;
-        }
-        loop {
-            // SAFETY: `hdrs[..n]` each point to one iovec describing a live, readable frame;
-            // `iov` and `frames` outlive the call; no names or control data.
-            let rc = unsafe {
-                libc::sendmmsg(self.fd.as_raw_fd(), hdrs.as_mut_ptr(), n as libc::c_uint, 0)
-            };
-            if rc >= 0 {
-                return Ok(rc as usize);
-            }
-            let err = io::Error::last_os_error();
-            if err.kind() != io::ErrorKind::Interrupted {
-                return Err(err);
-            }
-        }
+        sys::send_batch(self.fd.as_fd(), frames)
     }
 }
 

@@ -63,6 +63,49 @@ pub(crate) fn getsockopt_int(
     Ok(value)
 }
 
+/// Most messages [`send_batch`] hands to the kernel in one call.
+pub(crate) const SEND_BATCH: usize = 64;
+
+/// Sends up to [`SEND_BATCH`] whole messages (frames, packets) on a connected or bound socket
+/// in one `sendmmsg` call and returns how many the kernel took (in order). An error means the
+/// first message was not sent. Interrupted calls are retried.
+pub(crate) fn send_batch<B: AsRef<[u8]>>(fd: BorrowedFd<'_>, messages: &[B]) -> io::Result<usize> {
+    let n = messages.len().min(SEND_BATCH);
+    if n == 0 {
+        return Ok(0);
+    }
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; SEND_BATCH];
+    // SAFETY: `mmsghdr` is plain old data; all-zero is a valid empty header.
+    let mut hdrs: [libc::mmsghdr; SEND_BATCH] = unsafe { mem::zeroed() };
+    for i in 0..n {
+        let m = messages[i].as_ref();
+        // The kernel only reads through send iovecs; the cast to *mut is what the C type
+        // demands.
+        iov[i] = libc::iovec {
+            iov_base: m.as_ptr() as *mut libc::c_void,
+            iov_len: m.len(),
+        };
+        hdrs[i].msg_hdr.msg_iov = &mut iov[i];
+        hdrs[i].msg_hdr.msg_iovlen = 1;
+    }
+    loop {
+        // SAFETY: `hdrs[..n]` each point to one iovec describing a live, readable message;
+        // `iov` and `messages` outlive the call; no names (the socket is bound or connected)
+        // or control data.
+        let rc = unsafe { libc::sendmmsg(fd.as_raw_fd(), hdrs.as_mut_ptr(), n as libc::c_uint, 0) };
+        if rc >= 0 {
+            return Ok(rc as usize);
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
 /// An interface name as a NUL-terminated string that fits `IFNAMSIZ`, or `None` if it cannot
 /// name an interface (empty, too long, or containing NUL or '/').
 pub(crate) fn ifname(name: &str) -> Option<CString> {

@@ -2,7 +2,8 @@
 //! of its group.
 //!
 //! Per connection: choose a server ([`Group::acquire`]: source-IP persistence and hashing see
-//! the client's address), connect within the group's `connect_timeout` — on failure, try
+//! the client's address), connect within the group's `connect_timeout` with the group's TCP
+//! profile ([`crate::tcp_profile::connect`]) — on failure, try
 //! another server, up to `retries` times —, then copy both ways until both sides have closed.
 //! A half-close is carried (a FIN from one side shuts down writing towards the other, and the
 //! other direction goes on). The connection is closed when neither side has sent a byte for
@@ -57,7 +58,8 @@ pub async fn serve_connection(slot: Arc<Slot>, client: TcpStream, peer: SocketAd
         };
         tried |= 1u64.checked_shl(lease.index as u32).unwrap_or(0);
         let addr = lease.server.address;
-        match tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(addr)).await {
+        let connect = crate::tcp_profile::connect(addr, cfg.tcp_profile.as_ref());
+        match tokio::time::timeout(cfg.connect_timeout, connect).await {
             Ok(Ok(s)) => {
                 lease.server.counters.connections_opened.inc();
                 connected = Some((s, lease));
@@ -78,8 +80,8 @@ pub async fn serve_connection(slot: Arc<Slot>, client: TcpStream, peer: SocketAd
     let Some((server, lease)) = connected else {
         return;
     };
-    let _ = client.set_nodelay(true);
-    let _ = server.set_nodelay(true);
+    // Both sockets carry their TCP profiles already: the client's from the accept, the
+    // server's from `tcp_profile::connect`.
     let idle = vs.config.client_idle_timeout;
     drop(vs);
     let activity = AtomicU64::new(0);

@@ -15,6 +15,10 @@
 //!   access log) — its module doc draws the phases;
 //! - [`l4`]: the `tcp` virtual servers (bytes both ways, half-close carried);
 //! - [`limits`]: per-client connection and rate limits;
+//! - [`tcp_profile`]: TCP profiles set on listeners, client and server connections, and the
+//!   start-up check of what the host honours;
+//! - [`listen`]: flood defense at the listener (SYN cookies and backlog checks, a first-byte
+//!   deadline for clients that connect and say nothing);
 //! - [`stats`]: the counters and the snapshot types.
 //!
 //! It does not parse or validate configuration (it takes [`headway_config::AdcConfig`] as
@@ -34,8 +38,10 @@ pub mod health;
 pub mod http;
 pub mod l4;
 pub mod limits;
+pub mod listen;
 pub mod runtime;
 pub mod stats;
+pub mod tcp_profile;
 pub mod upstream;
 
 pub use runtime::{ApplyError, Proxy, StateError};

@@ -40,10 +40,6 @@ use crate::http::{Slot, VsRuntime, VsShared};
 use crate::stats::{AdcSnapshot, GroupSnapshot, VirtualServerSnapshot};
 use crate::upstream::Pool;
 
-/// Listen backlog: large, so a burst of connections (or a SYN flood with SYN cookies) does
-/// not overflow the accept queue.
-const BACKLOG: i32 = 4096;
-
 /// Why the proxy could not start or a new config could not be applied. Nothing was changed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -66,6 +62,9 @@ pub enum ApplyError {
         /// The error.
         source: LogError,
     },
+    /// A TCP profile cannot be used on this host (see [`crate::tcp_profile::check`]).
+    #[error(transparent)]
+    TcpProfile(#[from] crate::tcp_profile::CheckError),
 }
 
 /// Why a server's state could not be set.
@@ -333,13 +332,14 @@ impl Proxy {
         let _one_at_a_time = sh.reload.lock().await;
         let number = sh.current.load().number + 1;
         let (generation, lasting) = self.build(config, number)?;
+        log_tcp_report(&crate::tcp_profile::check(&generation.config)?);
         // Bind what is new before anything changes.
         let mut new_listeners: Vec<(SocketAddr, std::net::TcpListener, usize)> = Vec::new();
         {
             let listeners = sh.listeners.lock();
             for (i, v) in generation.virtual_servers.iter().enumerate() {
                 if !listeners.contains_key(&v.config.listen) {
-                    let sock = bind(v.config.listen).map_err(|source| ApplyError::Bind {
+                    let sock = bind(&v.config).map_err(|source| ApplyError::Bind {
                         name: v.config.name.clone(),
                         addr: v.config.listen,
                         source,
@@ -511,15 +511,38 @@ impl Proxy {
     }
 }
 
-/// A listening socket with a large backlog and `SO_REUSEADDR`.
-fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+/// The listening socket of virtual server `v`: `SO_REUSEADDR`, the virtual server's TCP
+/// profile (accepted connections inherit it, and the handshake follows it) and its backlog.
+/// What would weaken the listener under a SYN flood is logged ([`crate::listen::findings`]).
+fn bind(v: &headway_config::adc::VirtualServer) -> std::io::Result<std::net::TcpListener> {
+    let addr = v.listen;
     let domain = socket2::Domain::for_address(addr);
     let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
     s.set_reuse_address(true)?;
     s.set_nonblocking(true)?;
+    crate::tcp_profile::apply_listener(&s, v.tcp_profile.as_ref());
     s.bind(&addr.into())?;
-    s.listen(BACKLOG)?;
+    for f in crate::listen::findings(v.backlog, &crate::listen::ListenHost::read()) {
+        tracing::warn!(virtual_server = %v.name, listen = %addr, "{f}");
+    }
+    s.listen(i32::try_from(v.backlog).unwrap_or(i32::MAX))?;
     Ok(s.into())
+}
+
+/// Logs what the TCP profile check found: warnings, and the options Linux keeps per route,
+/// which Headway does not set (it does not own the host's routes).
+fn log_tcp_report(r: &crate::tcp_profile::Report) {
+    for w in &r.warnings {
+        tracing::warn!("{w}");
+    }
+    for (profile, words) in &r.routes {
+        tracing::warn!(
+            profile,
+            "tcp profile `{profile}` has options Linux keeps per route, which Headway does not \
+             set: unless the route towards its peers has them, add them, e.g. `ip route change \
+             default via GATEWAY dev IFACE {words}` (docs/tcp-profiles.md)"
+        );
+    }
 }
 
 /// Accepts until the listener drains; each connection runs in a task of its own.
@@ -560,6 +583,8 @@ async fn accept_loop(
             counters.refused_connections.inc();
             continue;
         };
+        crate::tcp_profile::apply_client(&stream, vs.config.tcp_profile.as_ref());
+        let first_byte = vs.config.request_header_timeout;
         drop(vs);
         counters.active_connections.inc();
         tracker.live.fetch_add(1, Ordering::SeqCst);
@@ -569,6 +594,11 @@ async fn accept_loop(
         tokio::spawn(async move {
             match kind {
                 VirtualServerKind::Tcp => crate::l4::serve_connection(slot, stream, peer).await,
+                // A client that sends nothing is closed after the header timeout rather than
+                // the idle timeout (slow clients, see `crate::listen`).
+                _ if !crate::listen::first_byte_within(&stream, first_byte).await => {
+                    tracing::debug!(client = %peer, "closing a connection that sent nothing");
+                }
                 _ => crate::http::serve_connection(slot, stream, peer, drain).await,
             }
             drop(guard);

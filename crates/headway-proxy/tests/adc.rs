@@ -22,6 +22,10 @@ use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+/// TCP profiles on the proxy's live sockets, and flood defense.
+#[path = "adc/tcp_profile.rs"]
+mod tcp_profile;
+
 /// A `headway origin` on a loopback port, named so responses say who answered. It runs on a
 /// runtime of its own, so [`Origin::kill`] ends it at once: listener and connections closed
 /// before `kill` returns.

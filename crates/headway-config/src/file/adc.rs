@@ -91,6 +91,9 @@ pub struct ServerGroupSection {
     pub pool_max_idle: Option<Spanned<u32>>,
     /// How long an idle pooled connection is kept (`"60s"`). Default: `"60s"`.
     pub pool_idle_timeout: Option<Spanned<DurationValue>>,
+    /// TCP settings of the connections to the servers: a `[[tcp_profile]]` or a built-in
+    /// preset (`"aol-svc-std"`). Default: none (TCP_NODELAY on, the rest Linux's defaults).
+    pub tcp_profile: Option<Spanned<String>>,
     /// Session persistence (`[server_group.persistence]`). Default: none.
     pub persistence: Option<Spanned<PersistenceSection>>,
     /// The servers (`[[server_group.server]]`); at least one.
@@ -179,6 +182,13 @@ pub struct VirtualServerSection {
     /// New connections (`tcp`) or requests (`http`) per second from one client address; 0 =
     /// unlimited. Default: 0.
     pub rate_per_client: Option<Spanned<u32>>,
+    /// TCP settings of the client connections: a `[[tcp_profile]]` or a built-in preset
+    /// (`"aol-dialup"`). Default: none (TCP_NODELAY on, the rest Linux's defaults).
+    pub tcp_profile: Option<Spanned<String>>,
+    /// Listen backlog: connections that completed the handshake and wait to be accepted, from
+    /// 1 to 1000000. Linux caps it at `net.core.somaxconn` (Headway warns when it does); with
+    /// SYN cookies on, a SYN flood cannot fill it. Default: 4096.
+    pub backlog: Option<Spanned<u32>>,
     /// HTTP: accept HTTP/2 with prior knowledge (cleartext) beside HTTP/1.1. Default: true.
     pub http2: Option<bool>,
     /// HTTP: append the client's address to `X-Forwarded-For`. Default: true.

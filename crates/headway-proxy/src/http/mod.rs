@@ -345,7 +345,8 @@ pub async fn serve_connection(
     peer: SocketAddr,
     drain: watch::Receiver<bool>,
 ) {
-    let _ = stream.set_nodelay(true);
+    // TCP_NODELAY (or Nagle, if the virtual server's TCP profile asks for it) was set when the
+    // connection was accepted (`crate::tcp_profile::apply_client`).
     let (allow_h2, limit) = {
         let vs = slot.vs.load();
         (vs.config.http2, vs.config.request_header_timeout)

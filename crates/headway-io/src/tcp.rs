@@ -1,0 +1,99 @@
+//! TCP socket options that `socket2` does not wrap: the minimum retransmission timeout
+//! (`TCP_RTO_MIN_US`), the delayed-ACK ceiling (`TCP_DELACK_MAX_US`) and the window clamp
+//! (`TCP_WINDOW_CLAMP`).
+//!
+//! What it owns: setting and reading these options on any TCP socket (`AsFd`). What it does not
+//! do: decide values (the ADC's TCP profiles do) or fall back when the kernel lacks an option —
+//! a kernel before 6.15 answers `TCP_RTO_MIN_US` and `TCP_DELACK_MAX_US` with
+//! `ENOPROTOOPT`, returned as is so the caller can say so.
+//!
+//! Kernel rules (net/ipv4/tcp.c, Linux 6.15+): `TCP_RTO_MIN_US` takes 2 ms … 200 ms (the
+//! default minimum is also the largest a socket may set; a larger minimum exists only as the
+//! route's `rto_min`, which wins over the socket's); `TCP_DELACK_MAX_US` takes 2 ms … 200 ms.
+//! Both are kept in jiffies, so a read-back is rounded up to the tick (4 ms at HZ=250).
+
+use std::io;
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use crate::sys;
+
+/// `TCP_RTO_MIN_US` (include/uapi/linux/tcp.h, Linux 6.15); not yet in the libc crate.
+const TCP_RTO_MIN_US: libc::c_int = 45;
+/// `TCP_DELACK_MAX_US` (include/uapi/linux/tcp.h, Linux 6.15); not yet in the libc crate.
+const TCP_DELACK_MAX_US: libc::c_int = 46;
+
+/// Sets the socket's minimum retransmission timeout (`TCP_RTO_MIN_US`).
+pub fn set_rto_min(sock: &impl AsFd, min: Duration) -> io::Result<()> {
+    set_us(sock, TCP_RTO_MIN_US, min)
+}
+
+/// The socket's minimum retransmission timeout (`TCP_RTO_MIN_US`).
+pub fn rto_min(sock: &impl AsFd) -> io::Result<Duration> {
+    get_us(sock, TCP_RTO_MIN_US)
+}
+
+/// Sets the longest delay of a delayed ACK (`TCP_DELACK_MAX_US`).
+pub fn set_delack_max(sock: &impl AsFd, max: Duration) -> io::Result<()> {
+    set_us(sock, TCP_DELACK_MAX_US, max)
+}
+
+/// The longest delay of a delayed ACK (`TCP_DELACK_MAX_US`).
+pub fn delack_max(sock: &impl AsFd) -> io::Result<Duration> {
+    get_us(sock, TCP_DELACK_MAX_US)
+}
+
+/// Bounds the window advertised to the peer (`TCP_WINDOW_CLAMP`), bytes. The kernel raises a
+/// value below half its minimum receive buffer to that half.
+pub fn set_window_clamp(sock: &impl AsFd, bytes: u32) -> io::Result<()> {
+    let v =
+        libc::c_int::try_from(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    sys::setsockopt(sock.as_fd(), libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP, &v)
+}
+
+/// The window clamp (`TCP_WINDOW_CLAMP`), bytes.
+pub fn window_clamp(sock: &impl AsFd) -> io::Result<u32> {
+    let v = sys::getsockopt_int(sock.as_fd(), libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP)?;
+    Ok(v.max(0) as u32)
+}
+
+fn set_us(sock: &impl AsFd, name: libc::c_int, d: Duration) -> io::Result<()> {
+    let us = libc::c_int::try_from(d.as_micros())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    sys::setsockopt(sock.as_fd(), libc::IPPROTO_TCP, name, &us)
+}
+
+fn get_us(sock: &impl AsFd, name: libc::c_int) -> io::Result<Duration> {
+    let us = sys::getsockopt_int(sock.as_fd(), libc::IPPROTO_TCP, name)?;
+    Ok(Duration::from_micros(us.max(0) as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether this kernel has the 6.15 options.
+    fn has_615_options(s: &std::net::TcpListener) -> bool {
+        !matches!(rto_min(s), Err(e) if e.raw_os_error() == Some(libc::ENOPROTOOPT))
+    }
+
+    #[test]
+    fn options_set_on_a_real_socket_read_back() {
+        let s = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        set_window_clamp(&s, 256 * 1024).unwrap();
+        assert_eq!(window_clamp(&s).unwrap(), 256 * 1024);
+        if !has_615_options(&s) {
+            eprintln!("kernel without TCP_RTO_MIN_US / TCP_DELACK_MAX_US: skipped");
+            return;
+        }
+        set_rto_min(&s, Duration::from_millis(100)).unwrap();
+        set_delack_max(&s, Duration::from_millis(100)).unwrap();
+        // Kept in jiffies: 100 ms is a whole number of ticks at HZ 100, 250, 300 and 1000.
+        assert_eq!(rto_min(&s).unwrap(), Duration::from_millis(100));
+        assert_eq!(delack_max(&s).unwrap(), Duration::from_millis(100));
+        // Above 200 ms the kernel refuses the socket option (only a route may go higher).
+        let e = set_rto_min(&s, Duration::from_millis(400)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+        assert_eq!(rto_min(&s).unwrap(), Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,149 @@
+//! Flood defense at the listener: the host settings a SYN flood meets, and a deadline for
+//! clients that connect and say nothing.
+//!
+//! # What it owns
+//!
+//! - [`ListenHost`] and [`findings`]: when a virtual server starts listening, the SYN-cookie
+//!   switch (`net.ipv4.tcp_syncookies`) and the cap on the accept queue (`net.core.somaxconn`)
+//!   are read and compared with the backlog asked for; what would weaken the listener under a
+//!   flood is logged as a warning that says which sysctl to change.
+//! - [`first_byte_within`]: an HTTP client must send its first byte within the virtual
+//!   server's `request_header_timeout` of being accepted. Before it, such a client held its
+//!   connection (a file descriptor and a task) for the whole `client_idle_timeout` (180 s by
+//!   default), which is the cheapest slow-client attack: open many connections, send nothing.
+//!
+//! The rest of the flood defense lives elsewhere and is reused as is: per-client connection
+//! and rate limits ([`crate::limits`]), the request header timeout and the idle timeout (the
+//! L7 path), and the kernel's SYN cookies, which answer a SYN flood without keeping state.
+//!
+//! # Why SYN cookies and a large backlog
+//!
+//! A spoofed SYN flood fills the SYN queue (half-open connections) with requests that never
+//! complete. With `tcp_syncookies = 1` the kernel, once that queue is full, answers further
+//! SYNs with a cookie in the sequence number instead of keeping state (RFC 4987 §3.6), so real
+//! clients still complete their handshakes; with it off, they are dropped with the flood. The
+//! listen backlog bounds both the accept queue and the SYN queue; Linux caps it at
+//! `net.core.somaxconn` without an error, so the cap is reported here.
+
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+
+/// The host settings a listener under a SYN flood depends on, read from `/proc/sys` (the
+/// calling thread's network namespace). `None` when unreadable.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ListenHost {
+    /// `net.ipv4.tcp_syncookies`: 0 off, 1 when the SYN queue overflows, 2 always.
+    pub syncookies: Option<u32>,
+    /// `net.core.somaxconn`: the largest backlog `listen` takes.
+    pub somaxconn: Option<u32>,
+}
+
+impl ListenHost {
+    /// Reads the settings.
+    pub fn read() -> ListenHost {
+        let num = |p: &str| {
+            std::fs::read_to_string(format!("/proc/sys/{p}"))
+                .ok()
+                .and_then(|t| t.trim().parse::<u32>().ok())
+        };
+        ListenHost {
+            syncookies: num("net/ipv4/tcp_syncookies"),
+            somaxconn: num("net/core/somaxconn"),
+        }
+    }
+}
+
+/// What weakens a listener asking for `backlog` on a host with `host`'s settings, each finding
+/// with the sysctl that fixes it. Empty when nothing does.
+pub fn findings(backlog: u32, host: &ListenHost) -> Vec<String> {
+    let mut out = Vec::new();
+    if host.syncookies == Some(0) {
+        out.push(
+            "SYN cookies are off (net.ipv4.tcp_syncookies = 0): a SYN flood fills the SYN \
+             queue and real clients are refused with it; turn them on with `sysctl -w \
+             net.ipv4.tcp_syncookies=1`"
+                .to_string(),
+        );
+    }
+    if let Some(max) = host.somaxconn {
+        if backlog > max {
+            out.push(format!(
+                "the listen backlog {backlog} is capped at net.core.somaxconn = {max}: raise it \
+                 with `sysctl -w net.core.somaxconn={backlog}`"
+            ));
+        }
+    }
+    out
+}
+
+/// Waits until `stream` has a byte to read (or is closed) for at most `limit`; `false` when
+/// the client sent nothing in time. Consumes nothing.
+///
+/// Cancel safety: cancel-safe (it only peeks).
+pub async fn first_byte_within(stream: &TcpStream, limit: Duration) -> bool {
+    // `peek` waits for a byte, the end of the stream or an error, and consumes nothing
+    // (`readable` alone may report a fresh socket ready before anything arrived).
+    let mut one = [0u8; 1];
+    tokio::time::timeout(limit, stream.peek(&mut one))
+        .await
+        .is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookies_off_and_a_capped_backlog_are_reported_with_their_fix() {
+        let good = ListenHost {
+            syncookies: Some(1),
+            somaxconn: Some(4096),
+        };
+        assert!(findings(4096, &good).is_empty());
+        assert!(findings(100, &ListenHost::default()).is_empty());
+        let f = findings(
+            65535,
+            &ListenHost {
+                syncookies: Some(0),
+                somaxconn: Some(4096),
+            },
+        );
+        assert_eq!(f.len(), 2);
+        assert!(
+            f[0].contains("sysctl -w net.ipv4.tcp_syncookies=1"),
+            "{f:?}"
+        );
+        assert!(
+            f[1].contains("65535 is capped at net.core.somaxconn = 4096"),
+            "{f:?}"
+        );
+        assert!(f[1].contains("sysctl -w net.core.somaxconn=65535"), "{f:?}");
+        // Always-on cookies are fine.
+        let always = ListenHost {
+            syncookies: Some(2),
+            somaxconn: None,
+        };
+        assert!(findings(1 << 20, &always).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_silent_client_runs_out_of_time_and_a_talking_one_does_not() {
+        use tokio::io::AsyncWriteExt;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let silent = TcpStream::connect(addr).await.unwrap();
+        let (accepted, _) = l.accept().await.unwrap();
+        // A client that sends nothing: the wait ends at its limit.
+        assert!(!first_byte_within(&accepted, Duration::from_millis(200)).await);
+        drop(silent);
+        let mut talking = TcpStream::connect(addr).await.unwrap();
+        let (accepted, _) = l.accept().await.unwrap();
+        talking.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        assert!(first_byte_within(&accepted, Duration::from_secs(10)).await);
+        // Nothing was consumed.
+        let mut buf = [0u8; 3];
+        assert_eq!(accepted.peek(&mut buf).await.unwrap(), 3);
+        assert_eq!(&buf, b"GET");
+    }
+}
