@@ -68,6 +68,8 @@ pub struct AdcConfig {
     /// The file's TCP profiles (`[[tcp_profile]]`), in file order; names unique. Virtual servers
     /// and groups hold their own resolved copy (presets included).
     pub tcp_profiles: Vec<crate::tcp::TcpProfile>,
+    /// The integrated HTTP cache (`[cache]`); `None` = nothing is cached.
+    pub cache: Option<crate::cache::CacheConfig>,
 }
 
 impl AdcConfig {
@@ -1296,115 +1298,20 @@ fn rule(
         }
     };
     let group = reference(&r.group, groups, "server group", "[[server_group]]", origin)?;
-    let regex = |s: &Spanned<String>| {
-        regex::Regex::new(s.get_ref()).map(Pattern).map_err(|e| {
-            invalid(
-                origin.locate(Some(s.span())),
-                format!("rule `{name}`: not a valid regular expression: {e}"),
-            )
-        })
-    };
-    let path_like = |s: &Spanned<String>, what: &str| {
-        if s.get_ref().is_empty() || !is_visible(s.get_ref()) {
-            Err(invalid(
-                origin.locate(Some(s.span())),
-                format!("rule `{name}`: {what} must be non-empty visible ASCII (no spaces)"),
-            ))
-        } else {
-            Ok(s.get_ref().clone())
-        }
-    };
-    let mut conditions = Vec::new();
-    if let Some(h) = &r.host {
-        let host = h.get_ref().to_ascii_lowercase();
-        conditions.push(match host.strip_prefix('*') {
-            Some(suffix) if suffix.starts_with('.') && suffix.len() > 1 => {
-                Condition::HostSuffix(suffix.to_string())
-            }
-            _ if !host.is_empty() && is_visible(&host) && !host.contains('*') => {
-                Condition::Host(host)
-            }
-            _ => {
-                return Err(invalid(
-                    origin.locate(Some(h.span())),
-                    format!(
-                        "rule `{name}`: host `{}` is not a host name or `*.domain` pattern",
-                        h.get_ref()
-                    ),
-                ))
-            }
-        });
-    }
-    if let Some(p) = &r.path {
-        conditions.push(Condition::Path(path_like(p, "path")?));
-    }
-    if let Some(p) = &r.path_prefix {
-        conditions.push(Condition::PathPrefix(path_like(p, "path_prefix")?));
-    }
-    if let Some(p) = &r.path_contains {
-        conditions.push(Condition::PathContains(path_like(p, "path_contains")?));
-    }
-    if let Some(p) = &r.path_regex {
-        conditions.push(Condition::PathRegex(regex(p)?));
-    }
-    if let Some(e) = &r.path_extension {
-        let exts: Vec<String> = e
-            .get_ref()
-            .iter()
-            .map(|x| x.trim_start_matches('.').to_ascii_lowercase())
-            .collect();
-        if exts.is_empty()
-            || exts
-                .iter()
-                .any(|x| x.is_empty() || !is_visible(x) || x.contains('/'))
-        {
-            return Err(invalid(
-                origin.locate(Some(e.span())),
-                format!(
-                    "rule `{name}`: path_extension needs extensions such as [\"jpg\", \"gif\"]"
-                ),
-            ));
-        }
-        conditions.push(Condition::PathExtension(exts));
-    }
-    if let Some(m) = &r.method {
-        if m.get_ref().is_empty() || !m.get_ref().iter().all(|x| is_token(x)) {
-            return Err(invalid(
-                origin.locate(Some(m.span())),
-                format!("rule `{name}`: method needs HTTP methods such as [\"GET\", \"HEAD\"]"),
-            ));
-        }
-        conditions.push(Condition::Method(m.get_ref().clone()));
-    }
-    if let Some(h) = &r.header {
-        let hs = h.get_ref();
-        if !is_token(hs.name.get_ref()) {
-            return Err(invalid(
-                origin.locate(Some(hs.name.span())),
-                format!(
-                    "rule `{name}`: `{}` is not a header name",
-                    hs.name.get_ref()
-                ),
-            ));
-        }
-        let value = match (&hs.value, &hs.regex) {
-            (Some(_), Some(x)) => {
-                return Err(invalid(
-                    origin.locate(Some(x.span())),
-                    format!(
-                        "rule `{name}`: give either `value` or `regex` for the header, not both"
-                    ),
-                ))
-            }
-            (Some(v), None) => ValueMatch::Exact(v.get_ref().clone()),
-            (None, Some(x)) => ValueMatch::Regex(regex(x)?),
-            (None, None) => ValueMatch::Any,
-        };
-        conditions.push(Condition::Header {
-            name: hs.name.get_ref().to_ascii_lowercase(),
-            value,
-        });
-    }
+    let conditions = conditions(
+        &ConditionFields {
+            host: &r.host,
+            path: &r.path,
+            path_prefix: &r.path_prefix,
+            path_contains: &r.path_contains,
+            path_regex: &r.path_regex,
+            path_extension: &r.path_extension,
+            method: &r.method,
+            header: &r.header,
+        },
+        &format!("rule `{name}`"),
+        origin,
+    )?;
     if conditions.is_empty() {
         return Err(invalid(
             origin.locate(Some(r.group.span())),
@@ -1420,6 +1327,130 @@ fn rule(
         group,
         conditions,
     })
+}
+
+/// The request conditions a content-switching rule or a cache policy may write.
+pub(crate) struct ConditionFields<'a> {
+    pub host: &'a Option<Spanned<String>>,
+    pub path: &'a Option<Spanned<String>>,
+    pub path_prefix: &'a Option<Spanned<String>>,
+    pub path_contains: &'a Option<Spanned<String>>,
+    pub path_regex: &'a Option<Spanned<String>>,
+    pub path_extension: &'a Option<Spanned<Vec<String>>>,
+    pub method: &'a Option<Spanned<Vec<String>>>,
+    pub header: &'a Option<Spanned<crate::file::HeaderMatchSection>>,
+}
+
+/// Checks and compiles the conditions in `f`; `what` names the rule or policy in messages
+/// (`rule `api``). No condition gives an empty list.
+pub(crate) fn conditions(
+    f: &ConditionFields<'_>,
+    what: &str,
+    origin: &Origin,
+) -> Result<Vec<Condition>, ConfigError> {
+    let regex = |s: &Spanned<String>| {
+        regex::Regex::new(s.get_ref()).map(Pattern).map_err(|e| {
+            invalid(
+                origin.locate(Some(s.span())),
+                format!("{what}: not a valid regular expression: {e}"),
+            )
+        })
+    };
+    let path_like = |s: &Spanned<String>, field: &str| {
+        if s.get_ref().is_empty() || !is_visible(s.get_ref()) {
+            Err(invalid(
+                origin.locate(Some(s.span())),
+                format!("{what}: {field} must be non-empty visible ASCII (no spaces)"),
+            ))
+        } else {
+            Ok(s.get_ref().clone())
+        }
+    };
+    let mut conditions = Vec::new();
+    if let Some(h) = f.host {
+        let host = h.get_ref().to_ascii_lowercase();
+        conditions.push(match host.strip_prefix('*') {
+            Some(suffix) if suffix.starts_with('.') && suffix.len() > 1 => {
+                Condition::HostSuffix(suffix.to_string())
+            }
+            _ if !host.is_empty() && is_visible(&host) && !host.contains('*') => {
+                Condition::Host(host)
+            }
+            _ => {
+                return Err(invalid(
+                    origin.locate(Some(h.span())),
+                    format!(
+                        "{what}: host `{}` is not a host name or `*.domain` pattern",
+                        h.get_ref()
+                    ),
+                ))
+            }
+        });
+    }
+    if let Some(p) = f.path {
+        conditions.push(Condition::Path(path_like(p, "path")?));
+    }
+    if let Some(p) = f.path_prefix {
+        conditions.push(Condition::PathPrefix(path_like(p, "path_prefix")?));
+    }
+    if let Some(p) = f.path_contains {
+        conditions.push(Condition::PathContains(path_like(p, "path_contains")?));
+    }
+    if let Some(p) = f.path_regex {
+        conditions.push(Condition::PathRegex(regex(p)?));
+    }
+    if let Some(e) = f.path_extension {
+        let exts: Vec<String> = e
+            .get_ref()
+            .iter()
+            .map(|x| x.trim_start_matches('.').to_ascii_lowercase())
+            .collect();
+        if exts.is_empty()
+            || exts
+                .iter()
+                .any(|x| x.is_empty() || !is_visible(x) || x.contains('/'))
+        {
+            return Err(invalid(
+                origin.locate(Some(e.span())),
+                format!("{what}: path_extension needs extensions such as [\"jpg\", \"gif\"]"),
+            ));
+        }
+        conditions.push(Condition::PathExtension(exts));
+    }
+    if let Some(m) = f.method {
+        if m.get_ref().is_empty() || !m.get_ref().iter().all(|x| is_token(x)) {
+            return Err(invalid(
+                origin.locate(Some(m.span())),
+                format!("{what}: method needs HTTP methods such as [\"GET\", \"HEAD\"]"),
+            ));
+        }
+        conditions.push(Condition::Method(m.get_ref().clone()));
+    }
+    if let Some(h) = f.header {
+        let hs = h.get_ref();
+        if !is_token(hs.name.get_ref()) {
+            return Err(invalid(
+                origin.locate(Some(hs.name.span())),
+                format!("{what}: `{}` is not a header name", hs.name.get_ref()),
+            ));
+        }
+        let value = match (&hs.value, &hs.regex) {
+            (Some(_), Some(x)) => {
+                return Err(invalid(
+                    origin.locate(Some(x.span())),
+                    format!("{what}: give either `value` or `regex` for the header, not both"),
+                ))
+            }
+            (Some(v), None) => ValueMatch::Exact(v.get_ref().clone()),
+            (None, Some(x)) => ValueMatch::Regex(regex(x)?),
+            (None, None) => ValueMatch::Any,
+        };
+        conditions.push(Condition::Header {
+            name: hs.name.get_ref().to_ascii_lowercase(),
+            value,
+        });
+    }
+    Ok(conditions)
 }
 
 #[cfg(test)]

@@ -275,6 +275,7 @@ impl TryFrom<ConfigFile> for Config {
             &file.virtual_server,
             origin,
         )?;
+        crate::cache::attach(&mut adc, file.cache.as_ref(), origin)?;
         Ok(Config {
             admin,
             links,

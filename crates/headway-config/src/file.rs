@@ -25,6 +25,9 @@
 //! | `[[virtual_server]]` | an ADC listener, `http` or `tcp` ([`VirtualServerSection`]); repeatable |
 //! | `[[virtual_server.rule]]` | a content-switching rule ([`AdcRuleSection`]) |
 //! | `[[tcp_profile]]` | TCP settings for virtual servers and server groups ([`TcpProfileSection`]); repeatable |
+//! | `[cache]` | the ADC's integrated HTTP cache ([`CacheSection`]) |
+//! | `[[cache.group]]` | a content group: memory, object size, expiry, cookies ([`ContentGroupSection`]) |
+//! | `[[cache.policy]]` | which requests are cached in which group, first match wins ([`CachePolicySection`]) |
 //!
 //! Sections for the other roles (`[overlay]`, …) will be added here as those roles land. Until
 //! then any other top-level key or section is an error, so a misspelt or not-yet-supported
@@ -47,6 +50,8 @@ use crate::spec::LinkSpecInput;
 use crate::suggest::did_you_mean;
 
 mod adc;
+mod cache;
+pub use cache::{CachePolicySection, CacheSection, ContentGroupSection};
 mod tcp;
 pub use adc::{
     HeaderMatchSection, HeaderRulesSection, MonitorSection, PersistenceSection,
@@ -82,6 +87,8 @@ pub struct ConfigFile {
     /// none (the built-in presets need no section).
     #[serde(default)]
     pub tcp_profile: Vec<TcpProfileSection>,
+    /// The ADC's integrated HTTP cache (`[cache]`). Default: none (nothing is cached).
+    pub cache: Option<Spanned<CacheSection>>,
     /// Where the file came from, to turn spans into line and column.
     #[serde(skip)]
     pub(crate) origin: Origin,

@@ -38,11 +38,13 @@
 //! | [`wanopt`] | [`WanoptConfig`] and the checks of `[wanopt]` (peers, services, interception, files) |
 //! | [`adc`] | [`AdcConfig`], [`RuntimeConfig`] and the checks of `[runtime]`, `[[monitor]]`, `[[server_group]]`, `[[virtual_server]]` |
 //! | [`tcp`] | [`TcpProfile`]s: the checks of `[[tcp_profile]]`, the built-in presets of seed 003, route options |
+//! | [`cache`] | [`cache::CacheConfig`]: the checks of `[cache]` (content groups, policies, memory limits) |
 //! | [`spec`] | the link spec syntax ([`LinkSpec`]) |
 //! | `suggest` | did-you-mean suggestions |
 #![forbid(unsafe_code)]
 
 pub mod adc;
+pub mod cache;
 mod config;
 pub mod file;
 pub mod spec;

@@ -19,6 +19,8 @@
 //!   start-up check of what the host honours;
 //! - [`listen`]: flood defense at the listener (SYN cookies and backlog checks, a first-byte
 //!   deadline for clients that connect and say nothing);
+//! - [`cache`]: the integrated HTTP cache (RFC 9111, content groups and policies, request
+//!   coalescing, the flash cache, purges);
 //! - [`stats`]: the counters and the snapshot types.
 //!
 //! It does not parse or validate configuration (it takes [`headway_config::AdcConfig`] as
@@ -33,6 +35,7 @@
 //! [`Proxy::set_server_state`], [`Proxy::snapshot`]; finally [`Proxy::shutdown`].
 #![forbid(unsafe_code)]
 
+pub mod cache;
 pub mod group;
 pub mod health;
 pub mod http;

@@ -68,7 +68,9 @@ pub fn host_of(req: &Parts) -> Option<String> {
     Some(host.to_ascii_lowercase())
 }
 
-fn matches(c: &Condition, req: &Parts, host: Option<&str>, path: &str) -> bool {
+/// Whether condition `c` holds for `req` (`host` as [`host_of`] gives it, `path` the URI path);
+/// the cache policies use it too.
+pub(crate) fn matches(c: &Condition, req: &Parts, host: Option<&str>, path: &str) -> bool {
     match c {
         Condition::Host(h) => host == Some(h.as_str()),
         Condition::HostSuffix(s) => host.is_some_and(|h| h.ends_with(s.as_str())),
