@@ -1,15 +1,16 @@
 //! `docs/config.md`, the config file reference, is made from the schema's own doc comments
-//! (`src/file.rs`, `src/file/adc.rs`): every section and every field, with its meaning, unit
+//! (`src/file.rs`, `src/file/adc.rs`, `tcp.rs`, `cache.rs`): every section and every field, with its meaning, unit
 //! and default. This test renders it and fails when the committed file differs, so the
 //! reference can never fall behind the schema. Regenerate it with
 //! `HEADWAY_WRITE_DOCS=1 cargo test -p headway-config --test reference`.
 
 use std::fmt::Write as _;
 
-const SOURCES: [&str; 3] = [
+const SOURCES: [&str; 4] = [
     include_str!("../src/file.rs"),
     include_str!("../src/file/adc.rs"),
     include_str!("../src/file/tcp.rs"),
+    include_str!("../src/file/cache.rs"),
 ];
 const DOC: &str = "../../docs/config.md";
 
