@@ -24,7 +24,8 @@
 //!   [`Config::loss_threshold`] (default 20 %, far above the 1–5 % random loss of a bad WAN)
 //!   counts as clustered loss and multiplies the share by [`Config::decrease_factor`].
 //! - **Queueing delay is congestion**: when the smoothed RTT exceeds the base RTT by more than
-//!   `max(queue_delay_floor, queue_delay_fraction × base_rtt)`, somebody else is filling the
+//!   `max(queue_delay_floor, queue_delay_fraction × base_rtt, 6 packets at the rate)`, somebody
+//!   else is filling the
 //!   bottleneck queue (or the configured rate is too high), and the share is multiplied by
 //!   [`Config::decrease_factor`] at most once per RTT, down to [`Config::min_share`] (the fair
 //!   share against one competing flow by default), so other traffic is not crushed.
@@ -60,6 +61,10 @@ use quinn::congestion::{Controller, ControllerFactory, ControllerMetrics};
 /// The smallest window, in packets, whatever the rate and RTT (RFC 9002 §7.2 uses 2; 4 keeps the
 /// loss-detection packet threshold of 3 working on tiny links).
 const MIN_WINDOW_PACKETS: u64 = 4;
+
+/// Packets of queue, at the link rate, that never count as congestion by themselves (see
+/// `Core::queue_threshold`).
+const QUEUE_PACKETS: u64 = 6;
 
 /// Base RTTs after the first acknowledgement during which queueing delay is not judged: the
 /// first window goes out paced at 5/4 of the rate, which builds a one-off queue of about
@@ -311,9 +316,18 @@ impl Core {
     }
 
     fn queue_threshold(&self, base: Duration) -> Duration {
+        // On a slow link a few packets queued by pacing jitter or retransmissions are already
+        // tens of milliseconds (1500 bytes take 8 ms at 1.5 Mbit/s): that is not a competing
+        // flow, so the threshold is never below the serialization time of a few packets.
+        let packets = self
+            .config
+            .rate
+            .transmit_time(QUEUE_PACKETS * self.mtu)
+            .unwrap_or_default();
         self.config
             .queue_delay_floor
             .max(base.mul_f64(self.config.queue_delay_fraction))
+            .max(packets)
     }
 
     fn rtt_elapsed(&self, now: Instant) -> bool {
