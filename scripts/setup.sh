@@ -7,9 +7,12 @@ set -euo pipefail
 # flows through emulated links), iputils-ping (reachability checks), procps (sysctl), util-linux
 # (setpriv, for the unprivileged-path tests), wrk (HTTP load); for `headway bench adc`, the peers
 # it is measured against: haproxy, nginx with libnginx-mod-stream (NGINX's L4 `stream {}` module)
-# and nghttp2-client (h2load, the HTTP/2 load tool).
+# and nghttp2-client (h2load, the HTTP/2 load tool). openssl: the TLS tests' `openssl s_client`
+# (SNI, resumption, refused versions and suites) and RSA test keys; curl and h2load also drive
+# HTTPS and HTTP/2 over TLS there. The proxy's TLS provider (aws-lc-rs) builds its C code with
+# build-essential's compiler alone on x86_64 Linux: no cmake, clang or nasm is needed.
 packages=(iproute2 nftables ethtool iperf3 iputils-ping procps util-linux wrk curl ca-certificates build-essential pkg-config
-  haproxy nginx libnginx-mod-stream nghttp2-client)
+  haproxy nginx libnginx-mod-stream nghttp2-client openssl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

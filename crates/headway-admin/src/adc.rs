@@ -20,11 +20,18 @@
 //! | `adc_server_active`, `adc_server_up` (1/0), `adc_server_enabled` (1 enabled, 0.5 draining, 0 disabled), `adc_server_reuse_ratio`, `adc_server_idle_connections` | `group`, `server` |
 //! | `adc_server_response_seconds` (histogram, time to response header) | `group`, `server` |
 //! | `adc_config_generation`, `adc_reloads_failed_total` | none |
+//! | `adc_tls_handshakes_total` | `virtual_server`, `kind` = `full` / `resumed` |
+//! | `adc_tls_handshake_failures_total` | `virtual_server`, `reason` (see [`TlsSnapshot::failures`]) |
+//! | `adc_tls_versions_total` | `virtual_server`, `version` = `1.2` / `1.3` |
+//! | `adc_tls_alpn_total` | `virtual_server`, `protocol` = `h2` / `http/1.1` / `none` |
+//! | `adc_tls_sni_default_total`, `adc_tls_client_certificates_total` | `virtual_server` |
+//! | `adc_tls_certificate_not_after_seconds` (expiry, Unix time) | `certificate` |
 
 use std::future::Future;
 use std::io::Write;
 use std::pin::Pin;
 
+pub use headway_proxy::stats::{CertificateSnapshot, TlsSnapshot};
 use headway_proxy::stats::{HistogramSnapshot, LATENCY_BUCKETS};
 pub use headway_proxy::{AdcSnapshot, GroupSnapshot, ServerSnapshot, VirtualServerSnapshot};
 use prometheus_client::collector::Collector;
@@ -336,8 +343,98 @@ impl Collector for AdcCollector {
             "Config reloads refused",
             &[(vec![], s.reloads_failed)],
         )?;
+        tls_metrics(&mut enc, &s)?;
         Ok(())
     }
+}
+
+/// The `adc_tls_*` families: handshakes of `https` virtual servers, certificate expiry.
+fn tls_metrics(enc: &mut DescriptorEncoder<'_>, s: &AdcSnapshot) -> Result<(), std::fmt::Error> {
+    let tls: Vec<(Labels, &TlsSnapshot)> = s
+        .virtual_servers
+        .iter()
+        .filter_map(|v| {
+            v.tls
+                .as_ref()
+                .map(|t| (vec![("virtual_server", v.name.clone())], t))
+        })
+        .collect();
+    let with = |l: &Labels, k: &'static str, v: &str| {
+        let mut l = l.clone();
+        l.push((k, v.to_string()));
+        l
+    };
+    let mut kinds = Vec::new();
+    let mut failures = Vec::new();
+    let mut versions = Vec::new();
+    let mut alpn = Vec::new();
+    let mut sni_default = Vec::new();
+    let mut client_certs = Vec::new();
+    for (l, t) in &tls {
+        kinds.push((with(l, "kind", "full"), t.handshakes_full));
+        kinds.push((with(l, "kind", "resumed"), t.handshakes_resumed));
+        for (reason, n) in &t.failures {
+            failures.push((with(l, "reason", reason), *n));
+        }
+        versions.push((with(l, "version", "1.2"), t.tls12));
+        versions.push((with(l, "version", "1.3"), t.tls13));
+        alpn.push((with(l, "protocol", "h2"), t.alpn_h2));
+        alpn.push((with(l, "protocol", "http/1.1"), t.alpn_http11));
+        alpn.push((with(l, "protocol", "none"), t.alpn_none));
+        sni_default.push((l.clone(), t.sni_default));
+        client_certs.push((l.clone(), t.client_certificates));
+    }
+    counters(
+        enc,
+        "adc_tls_handshakes",
+        "Completed TLS handshakes: full (new session) or resumed",
+        &kinds,
+    )?;
+    counters(
+        enc,
+        "adc_tls_handshake_failures",
+        "Failed TLS handshakes by reason",
+        &failures,
+    )?;
+    counters(
+        enc,
+        "adc_tls_versions",
+        "Completed TLS handshakes by protocol version",
+        &versions,
+    )?;
+    counters(
+        enc,
+        "adc_tls_alpn",
+        "Completed TLS handshakes by the protocol ALPN chose",
+        &alpn,
+    )?;
+    counters(
+        enc,
+        "adc_tls_sni_default",
+        "Handshakes served the default certificate (no SNI, or no certificate for the name)",
+        &sni_default,
+    )?;
+    counters(
+        enc,
+        "adc_tls_client_certificates",
+        "Handshakes with an accepted client certificate",
+        &client_certs,
+    )?;
+    gauges(
+        enc,
+        "adc_tls_certificate_not_after_seconds",
+        "When a certificate expires, seconds since the Unix epoch",
+        &s.certificates
+            .iter()
+            .map(|c| {
+                (
+                    vec![("certificate", c.name.clone())],
+                    c.not_after_unix as f64,
+                )
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    Ok(())
 }
 
 fn counters(
@@ -413,6 +510,68 @@ fn histograms<'a>(
     Ok(())
 }
 
+/// The `headway ctl certs` table: each certificate's names, issuer, validity and users; `now`
+/// (seconds since the Unix epoch) gives the days left.
+pub fn write_certificates(
+    out: &mut dyn Write,
+    certs: &[CertificateSnapshot],
+    now: i64,
+) -> std::io::Result<()> {
+    if certs.is_empty() {
+        return writeln!(
+            out,
+            "no certificates: add [[certificate]] sections to the config"
+        );
+    }
+    let mut rows = vec![[
+        "CERTIFICATE",
+        "NAMES",
+        "ISSUER",
+        "NOT BEFORE",
+        "NOT AFTER",
+        "EXPIRES",
+        "KEY",
+        "USED BY",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for c in certs {
+        let left = c.not_after_unix - now;
+        let expires = if left < 0 {
+            format!("EXPIRED {} days ago", (-left) / 86_400)
+        } else {
+            format!("in {} days", left / 86_400)
+        };
+        let mut names = c.dns_names.clone();
+        names.extend(c.ip_addresses.iter().cloned());
+        let used: Vec<String> = c
+            .virtual_servers
+            .iter()
+            .map(|v| format!("vs {v}"))
+            .chain(c.groups.iter().map(|g| format!("group {g}")))
+            .collect();
+        rows.push(vec![
+            c.name.clone(),
+            if names.is_empty() {
+                format!("({})", c.subject)
+            } else {
+                names.join(",")
+            },
+            c.issuer.clone(),
+            c.not_before.clone(),
+            c.not_after.clone(),
+            expires,
+            c.key_type.clone(),
+            if used.is_empty() {
+                "-".into()
+            } else {
+                used.join(", ")
+            },
+        ]);
+    }
+    table(out, &rows)
+}
+
 /// The `headway ctl adc` tables: virtual servers, then each group's servers.
 pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
     writeln!(
@@ -468,6 +627,28 @@ pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
             ms(&v.latency, 0.5),
             ms(&v.latency, 0.99),
         ]);
+        if let Some(t) = &v.tls {
+            let failures: Vec<String> = t
+                .failures
+                .iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(r, n)| format!("{r} {n}"))
+                .collect();
+            rows.push(vec![format!(
+                "  tls: {} handshakes ({} resumed), TLS 1.3 {}, 1.2 {}, h2 {}, {} failed{}",
+                t.handshakes(),
+                t.handshakes_resumed,
+                t.tls13,
+                t.tls12,
+                t.alpn_h2,
+                t.failed(),
+                if failures.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", failures.join(", "))
+                }
+            )]);
+        }
         for (rule, group) in &v.rules {
             rows.push(vec![
                 format!("  rule {rule}"),
@@ -566,7 +747,28 @@ mod tests {
                     counts: vec![0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
                     sum_seconds: 0.008,
                 },
+                tls: Some(TlsSnapshot {
+                    handshakes_full: 4,
+                    handshakes_resumed: 6,
+                    tls13: 9,
+                    tls12: 1,
+                    alpn_h2: 2,
+                    failures: vec![("version".into(), 3), ("cipher".into(), 0)],
+                    ..TlsSnapshot::default()
+                }),
                 ..VirtualServerSnapshot::default()
+            }],
+            certificates: vec![CertificateSnapshot {
+                name: "www".into(),
+                subject: "CN=www.example".into(),
+                issuer: "CN=Example CA".into(),
+                dns_names: vec!["www.example".into(), "*.www.example".into()],
+                not_before: "2026-01-01T00:00:00Z".into(),
+                not_after: "2027-01-01T00:00:00Z".into(),
+                not_after_unix: 1_798_761_600,
+                key_type: "ECDSA P-256".into(),
+                virtual_servers: vec!["web".into()],
+                ..CertificateSnapshot::default()
             }],
             groups: vec![GroupSnapshot {
                 name: "g".into(),
@@ -620,6 +822,11 @@ mod tests {
             "headway_adc_server_enabled{group=\"g\",server=\"s1\"} 0.5",
             "headway_adc_config_generation 3.0",
             "headway_adc_reloads_failed_total 1",
+            "headway_adc_tls_handshakes_total{virtual_server=\"web\",kind=\"resumed\"} 6",
+            "headway_adc_tls_handshake_failures_total{virtual_server=\"web\",reason=\"version\"} 3",
+            "headway_adc_tls_versions_total{virtual_server=\"web\",version=\"1.3\"} 9",
+            "headway_adc_tls_alpn_total{virtual_server=\"web\",protocol=\"h2\"} 2",
+            "headway_adc_tls_certificate_not_after_seconds{certificate=\"www\"} 1798761600",
         ] {
             assert!(text.contains(line), "`{line}` not in:\n{text}");
         }
@@ -638,5 +845,35 @@ mod tests {
         assert!(text.contains("draining"), "{text}");
         assert!(text.contains("90%"), "{text}");
         assert!(text.contains("group g (least-connection)"), "{text}");
+        assert!(
+            text.contains(
+                "tls: 10 handshakes (6 resumed), TLS 1.3 9, 1.2 1, h2 2, 3 failed (version 3)"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_certificate_table_shows_names_expiry_and_users() {
+        let mut out = Vec::new();
+        // 2026-12-01: 31 days before expiry.
+        write_certificates(&mut out, &snapshot().certificates, 1_796_083_200).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("CERTIFICATE"), "{text}");
+        for part in [
+            "www.example,*.www.example",
+            "CN=Example CA",
+            "2027-01-01T00:00:00Z",
+            "in 31 days",
+            "ECDSA P-256",
+            "vs web",
+        ] {
+            assert!(text.contains(part), "`{part}` not in:\n{text}");
+        }
+        let mut out = Vec::new();
+        write_certificates(&mut out, &snapshot().certificates, 1_800_000_000).unwrap();
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .contains("EXPIRED 14 days ago"));
     }
 }

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::adc::{AdcSnapshot, ReloadReport, ServerSnapshot};
+use crate::adc::{AdcSnapshot, CertificateSnapshot, ReloadReport, ServerSnapshot};
 use crate::control::LinkViewJson;
 use crate::wanopt::WanoptStats;
 
@@ -172,6 +172,16 @@ impl Client {
     /// `GET /api/v1/adc`.
     pub fn adc(&self) -> Result<AdcSnapshot, ClientError> {
         self.json("GET", "/api/v1/adc", Body::None)
+    }
+
+    /// `GET /api/v1/certificates`.
+    pub fn certificates(&self) -> Result<Vec<CertificateSnapshot>, ClientError> {
+        self.json("GET", "/api/v1/certificates", Body::None)
+    }
+
+    /// `GET /api/v1/certificates` as the JSON the API sent.
+    pub fn certificates_json(&self) -> Result<serde_json::Value, ClientError> {
+        self.json("GET", "/api/v1/certificates", Body::None)
     }
 
     /// `GET /api/v1/adc` as the JSON the API sent.

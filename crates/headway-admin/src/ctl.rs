@@ -58,6 +58,12 @@ pub enum CtlCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The ADC's TLS certificates: names, issuer, validity (expiry) and who uses each.
+    Certs {
+        /// Print the API's JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Enable, disable or drain an ADC server.
     #[command(subcommand)]
     Server(AdcCommand),
@@ -205,6 +211,19 @@ pub fn run_to(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         }
         CtlCommand::Adc { json: false } => {
             crate::adc::write_adc(out, &client.adc()?)?;
+        }
+        CtlCommand::Certs { json: true } => {
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&client.certificates_json()?)?
+            )?;
+        }
+        CtlCommand::Certs { json: false } => {
+            let now = headway_core::clock::wall_clock()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            crate::adc::write_certificates(out, &client.certificates()?, now)?;
         }
         CtlCommand::Server(cmd) => {
             let (group, server, state) = match &cmd {

@@ -19,6 +19,7 @@
 //! | `GET /api/v1/wanopt/stats` (also `/wanopt/stats`) | the WAN optimizer's [`WanoptStats`], or 404 when none runs |
 //! | `GET /api/v1/adc` | the ADC's [`AdcSnapshot`] (virtual servers, groups, servers: config, state, counters), or 404 when none runs |
 //! | `GET /api/v1/adc/groups/{group}/servers/{server}` | one [`ServerSnapshot`] |
+//! | `GET /api/v1/certificates` | the ADC's TLS certificates ([`CertificateSnapshot`]: names, issuer, validity, users), or 404 when no ADC runs |
 //! | `PUT /api/v1/adc/groups/{group}/servers/{server}` | body [`SetServerRequest`] (`{"state": "draining"}`): enable, disable or drain; 200 with the server |
 //! | `GET /api/v1/config` | the running config file's text |
 //! | `PUT /api/v1/config` | body: a whole config file (TOML, ≤ 1 MiB); validated, then its ADC sections applied live; 200 [`ReloadReport`], 400 with `file:line:col: …` (nothing changed) |
@@ -42,8 +43,9 @@ mod server;
 mod wanopt;
 
 pub use adc::{
-    write_adc, AdcCollector, AdcControl, AdcSnapshot, BoxFuture, GroupSnapshot, ReloadReport,
-    ServerSnapshot, SetServerRequest, VirtualServerSnapshot,
+    write_adc, write_certificates, AdcCollector, AdcControl, AdcSnapshot, BoxFuture,
+    CertificateSnapshot, GroupSnapshot, ReloadReport, ServerSnapshot, SetServerRequest,
+    TlsSnapshot, VirtualServerSnapshot,
 };
 pub use client::{Client, ClientError};
 pub use control::{LinkControl, LinkView, LinkViewJson, SetLinkRequest};

@@ -147,6 +147,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/v1/wanopt/stats", get(wanopt_stats))
         .route("/wanopt/stats", get(wanopt_stats))
         .route("/api/v1/adc", get(adc_snapshot))
+        .route("/api/v1/certificates", get(certificates))
         .route(
             "/api/v1/adc/groups/{group}/servers/{server}",
             get(adc_server).put(adc_set_server),
@@ -328,6 +329,13 @@ async fn adc_snapshot(State(state): State<AdminState>) -> Response {
     }
 }
 
+async fn certificates(State(state): State<AdminState>) -> Response {
+    match &state.adc {
+        Some(a) => Json(a.snapshot().certificates).into_response(),
+        None => no_adc(),
+    }
+}
+
 fn find_server(
     adc: &dyn AdcControl,
     group: &str,
@@ -460,7 +468,7 @@ async fn no_route(method: Method, uri: Uri) -> Response {
         format!(
             "no route {method} {}; routes: GET /healthz, GET /metrics, GET /api/v1/links, \
              GET|PUT /api/v1/links/{{name}}, GET /api/v1/wanopt/stats, GET /api/v1/adc, \
-             GET|PUT /api/v1/adc/groups/{{group}}/servers/{{server}}, GET|PUT /api/v1/config, \
+             GET /api/v1/certificates, GET|PUT /api/v1/adc/groups/{{group}}/servers/{{server}}, GET|PUT /api/v1/config, \
              POST /api/v1/config/reload",
             uri.path()
         ),

@@ -1,5 +1,5 @@
-//! The validated ADC sections: `[runtime]`, `[[monitor]]`, `[[server_group]]` and
-//! `[[virtual_server]]`.
+//! The validated ADC sections: `[runtime]`, `[[monitor]]`, `[[server_group]]`,
+//! `[[virtual_server]]` and `[[certificate]]`.
 //!
 //! This module owns [`AdcConfig`] and its parts, [`RuntimeConfig`], and the one conversion
 //! from the file's sections that checks them: names (unique, with did-you-mean for references),
@@ -7,7 +7,9 @@
 //! ranges of every number, regular expressions (compiled here, so a bad one is reported with
 //! its line), header names and values, and combinations that cannot work (cookie persistence
 //! behind a `tcp` virtual server, HTTP options on a `tcp` one, an HTTP monitor field on a TCP
-//! monitor). The proxy (`headway-proxy`) takes these types as they are; it never validates.
+//! monitor, TLS settings on a virtual server that is not `https`). The TLS material —
+//! certificate and CA files, and the `tls` subsections — is checked in [`crate::tls`], called
+//! from here. The proxy (`headway-proxy`) takes these types as they are; it never validates.
 //!
 //! Entry point: `Config::try_from(ConfigFile)` calls [`adc`] and [`runtime`].
 
@@ -24,10 +26,11 @@ use toml::Spanned;
 
 use crate::config::{check_name, invalid, ConfigError};
 use crate::file::{
-    AdcRuleSection, HeaderRulesSection, MonitorSection, Origin, PersistenceSection, RuntimeSection,
-    ServerGroupSection, ServerSection, VirtualServerSection,
+    AdcRuleSection, CertificateSection, HeaderRulesSection, MonitorSection, Origin,
+    PersistenceSection, RuntimeSection, ServerGroupSection, ServerSection, VirtualServerSection,
 };
 use crate::suggest::did_you_mean;
+use crate::tls::{Certificate, GroupTls, VsTls};
 use crate::wanopt::{resolve, socket};
 
 /// Default time between two health checks of one server: 5 s.
@@ -70,6 +73,8 @@ pub struct AdcConfig {
     pub tcp_profiles: Vec<crate::tcp::TcpProfile>,
     /// The integrated HTTP cache (`[cache]`); `None` = nothing is cached.
     pub cache: Option<crate::cache::CacheConfig>,
+    /// The TLS certificates (`[[certificate]]`), in file order; names unique, files read.
+    pub certificates: Vec<Certificate>,
 }
 
 impl AdcConfig {
@@ -86,6 +91,11 @@ impl AdcConfig {
     /// The monitor named `name`.
     pub fn monitor(&self, name: &str) -> Option<&Monitor> {
         self.monitors.iter().find(|m| m.name == name)
+    }
+
+    /// The certificate named `name`.
+    pub fn certificate(&self, name: &str) -> Option<&Certificate> {
+        self.certificates.iter().find(|c| c.name == name)
     }
 }
 
@@ -159,6 +169,8 @@ pub struct ServerGroup {
     /// The TCP profile of the connections to the servers; `None` = TCP_NODELAY on, the rest
     /// Linux's defaults.
     pub tcp_profile: Option<crate::tcp::TcpProfile>,
+    /// TLS to the servers; `None` = cleartext.
+    pub tls: Option<GroupTls>,
 }
 
 /// Session persistence of a group.
@@ -262,6 +274,8 @@ pub struct VirtualServer {
     pub tcp_profile: Option<crate::tcp::TcpProfile>,
     /// The listen backlog asked for (1 – 1000000; the kernel caps it at `net.core.somaxconn`).
     pub backlog: u32,
+    /// TLS termination: present exactly when `kind` is [`VirtualServerKind::Https`].
+    pub tls: Option<VsTls>,
 }
 
 /// Layer 4 or layer 7.
@@ -269,6 +283,8 @@ pub struct VirtualServer {
 pub enum VirtualServerKind {
     /// HTTP/1.1 and HTTP/2 (prior knowledge) to clients, HTTP/1.1 to servers.
     Http,
+    /// HTTP/1.1 and HTTP/2 (by ALPN) over TLS terminated here, HTTP/1.1 to servers.
+    Https,
     /// Bytes both ways.
     Tcp,
 }
@@ -278,6 +294,7 @@ impl VirtualServerKind {
     pub fn as_str(self) -> &'static str {
         match self {
             VirtualServerKind::Http => "http",
+            VirtualServerKind::Https => "https",
             VirtualServerKind::Tcp => "tcp",
         }
     }
@@ -411,10 +428,15 @@ pub(crate) fn adc(
     monitors: &[MonitorSection],
     groups: &[ServerGroupSection],
     virtual_servers: &[VirtualServerSection],
+    certificates: &[CertificateSection],
     origin: &Origin,
 ) -> Result<AdcConfig, ConfigError> {
     let mut names = Names::default();
     let mut out = AdcConfig::default();
+    for c in certificates {
+        names.claim("certificate", &c.name, origin)?;
+        out.certificates.push(crate::tls::certificate(c, origin)?);
+    }
     for m in monitors {
         names.claim("monitor", &m.name, origin)?;
         out.monitors.push(monitor(m, origin)?);
@@ -422,7 +444,7 @@ pub(crate) fn adc(
     let monitor_names: Vec<&str> = out.monitors.iter().map(|m| m.name.as_str()).collect();
     for g in groups {
         names.claim("server group", &g.name, origin)?;
-        let group = group(g, origin)?;
+        let group = group(g, &out.certificates, origin)?;
         if let Some(m) = &g.monitor {
             reference(m, &monitor_names, "monitor", "[[monitor]]", origin)?;
         }
@@ -433,7 +455,7 @@ pub(crate) fn adc(
     let mut listens: HashMap<SocketAddr, (String, Option<usize>)> = HashMap::new();
     for v in virtual_servers {
         names.claim("virtual server", &v.name, origin)?;
-        let vs = virtual_server(v, &group_names, origin)?;
+        let vs = virtual_server(v, &group_names, &out.certificates, origin)?;
         let at = origin.locate(Some(v.listen.span()));
         if let Some((other, line)) = listens.get(&vs.listen) {
             return Err(invalid(
@@ -500,7 +522,7 @@ impl Names {
 }
 
 /// Checks that `name` is one of `known`, with a did-you-mean.
-fn reference(
+pub(crate) fn reference(
     name: &Spanned<String>,
     known: &[&str],
     what: &str,
@@ -746,7 +768,11 @@ fn is_visible(s: &str) -> bool {
     s.bytes().all(|b| (0x21..0x7f).contains(&b))
 }
 
-fn group(g: &ServerGroupSection, origin: &Origin) -> Result<ServerGroup, ConfigError> {
+fn group(
+    g: &ServerGroupSection,
+    certificates: &[Certificate],
+    origin: &Origin,
+) -> Result<ServerGroup, ConfigError> {
     let name = g.name.get_ref().clone();
     let method = match &g.method {
         None => Method::RoundRobin,
@@ -812,6 +838,10 @@ fn group(g: &ServerGroupSection, origin: &Origin) -> Result<ServerGroup, ConfigE
         None => None,
         Some(p) => Some(persistence(p, &name, origin)?),
     };
+    let tls = match &g.tls {
+        None => None,
+        Some(t) => Some(crate::tls::group_tls(t, &name, certificates, origin)?),
+    };
     Ok(ServerGroup {
         name,
         method,
@@ -846,6 +876,7 @@ fn group(g: &ServerGroupSection, origin: &Origin) -> Result<ServerGroup, ConfigE
         )?,
         persistence,
         tcp_profile: None,
+        tls,
     })
 }
 
@@ -1055,24 +1086,52 @@ fn persistence(
 fn virtual_server(
     v: &VirtualServerSection,
     groups: &[&str],
+    certificates: &[Certificate],
     origin: &Origin,
 ) -> Result<VirtualServer, ConfigError> {
     let name = v.name.get_ref().clone();
     let at = |span| origin.locate(Some(span));
     let kind = match v.kind.get_ref().as_str() {
         "http" => VirtualServerKind::Http,
+        "https" => VirtualServerKind::Https,
         "tcp" => VirtualServerKind::Tcp,
         other => {
-            let hint = did_you_mean(other, &["http", "tcp"])
+            let hint = did_you_mean(other, &["http", "https", "tcp"])
                 .map(|s| format!(" — did you mean `{s}`?"))
                 .unwrap_or_default();
             return Err(invalid(
                 at(v.kind.span()),
                 format!(
-                    "virtual server `{name}`: unknown kind `{other}`: use \"http\" or \"tcp\"{hint}"
+                    "virtual server `{name}`: unknown kind `{other}`: use \"http\", \"https\" \
+                     or \"tcp\"{hint}"
                 ),
             ));
         }
+    };
+    let tls = match (&v.tls, kind) {
+        (Some(t), VirtualServerKind::Https) => {
+            Some(crate::tls::vs_tls(t, &name, certificates, origin)?)
+        }
+        (None, VirtualServerKind::Https) => {
+            return Err(invalid(
+                at(v.kind.span()),
+                format!(
+                    "virtual server `{name}` is `https` but has no [virtual_server.tls]: add one \
+                     with `certificates = [\"…\"]` naming a [[certificate]]"
+                ),
+            ))
+        }
+        (Some(t), other) => {
+            return Err(invalid(
+                at(t.span()),
+                format!(
+                    "virtual server `{name}` is `{}`: [virtual_server.tls] is for TLS \
+                     termination; use kind = \"https\", or remove the section",
+                    other.as_str()
+                ),
+            ))
+        }
+        (None, _) => None,
     };
     let listen = socket(&v.listen, "listen", "TCP", origin)?;
     let group = reference(&v.group, groups, "server group", "[[server_group]]", origin)?;
@@ -1207,6 +1266,7 @@ fn virtual_server(
         rules,
         tcp_profile: None,
         backlog: crate::tcp::DEFAULT_BACKLOG,
+        tls,
         name,
     })
 }

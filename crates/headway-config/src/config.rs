@@ -266,6 +266,7 @@ impl TryFrom<ConfigFile> for Config {
             &file.monitor,
             &file.server_group,
             &file.virtual_server,
+            &file.certificate,
             origin,
         )?;
         crate::tcp::attach(

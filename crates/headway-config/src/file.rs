@@ -22,12 +22,15 @@
 //! | `[[monitor]]` | a health check of the ADC's servers ([`MonitorSection`]); repeatable |
 //! | `[[server_group]]` | servers sharing a load, with method, limits, pool, persistence ([`ServerGroupSection`]); repeatable |
 //! | `[[server_group.server]]` | one server ([`ServerSection`]) |
-//! | `[[virtual_server]]` | an ADC listener, `http` or `tcp` ([`VirtualServerSection`]); repeatable |
+//! | `[server_group.tls]` | TLS to the group's servers, verified against a CA ([`GroupTlsSection`]) |
+//! | `[[virtual_server]]` | an ADC listener, `http`, `https` or `tcp` ([`VirtualServerSection`]); repeatable |
+//! | `[virtual_server.tls]` | TLS termination of an `https` virtual server ([`VsTlsSection`]) |
 //! | `[[virtual_server.rule]]` | a content-switching rule ([`AdcRuleSection`]) |
 //! | `[[tcp_profile]]` | TCP settings for virtual servers and server groups ([`TcpProfileSection`]); repeatable |
 //! | `[cache]` | the ADC's integrated HTTP cache ([`CacheSection`]) |
 //! | `[[cache.group]]` | a content group: memory, object size, expiry, cookies ([`ContentGroupSection`]) |
 //! | `[[cache.policy]]` | which requests are cached in which group, first match wins ([`CachePolicySection`]) |
+//! | `[[certificate]]` | a certificate chain and key for TLS ([`CertificateSection`]); repeatable |
 //!
 //! Sections for the other roles (`[overlay]`, …) will be added here as those roles land. Until
 //! then any other top-level key or section is an error, so a misspelt or not-yet-supported
@@ -54,9 +57,9 @@ mod cache;
 pub use cache::{CachePolicySection, CacheSection, ContentGroupSection};
 mod tcp;
 pub use adc::{
-    HeaderMatchSection, HeaderRulesSection, MonitorSection, PersistenceSection,
-    RuleSection as AdcRuleSection, RuntimeSection, ServerGroupSection, ServerSection,
-    VirtualServerSection,
+    CertificateSection, GroupTlsSection, HeaderMatchSection, HeaderRulesSection, MonitorSection,
+    PersistenceSection, RuleSection as AdcRuleSection, RuntimeSection, ServerGroupSection,
+    ServerSection, VirtualServerSection, VsTlsSection,
 };
 pub use tcp::TcpProfileSection;
 
@@ -89,6 +92,9 @@ pub struct ConfigFile {
     pub tcp_profile: Vec<TcpProfileSection>,
     /// The ADC's integrated HTTP cache (`[cache]`). Default: none (nothing is cached).
     pub cache: Option<Spanned<CacheSection>>,
+    /// TLS certificates and keys of the ADC (`[[certificate]]`). Default: none.
+    #[serde(default)]
+    pub certificate: Vec<CertificateSection>,
     /// Where the file came from, to turn spans into line and column.
     #[serde(skip)]
     pub(crate) origin: Origin,

@@ -39,6 +39,7 @@
 //! | [`adc`] | [`AdcConfig`], [`RuntimeConfig`] and the checks of `[runtime]`, `[[monitor]]`, `[[server_group]]`, `[[virtual_server]]` |
 //! | [`tcp`] | [`TcpProfile`]s: the checks of `[[tcp_profile]]`, the built-in presets of seed 003, route options |
 //! | [`cache`] | [`cache::CacheConfig`]: the checks of `[cache]` (content groups, policies, memory limits) |
+//! | [`tls`] | the ADC's TLS material: `[[certificate]]` files read and checked, CA bundles, `tls` subsections |
 //! | [`spec`] | the link spec syntax ([`LinkSpec`]) |
 //! | `suggest` | did-you-mean suggestions |
 #![forbid(unsafe_code)]
@@ -50,6 +51,7 @@ pub mod file;
 pub mod spec;
 mod suggest;
 pub mod tcp;
+pub mod tls;
 pub mod wanopt;
 
 pub use adc::{AdcConfig, RuntimeConfig};

@@ -714,7 +714,7 @@ pub(crate) fn resolve(path: &Path, origin: &Origin) -> PathBuf {
 }
 
 /// Reads at most `limit` bytes of text; a longer file is an error, not an out-of-memory.
-fn read_limited(path: &Path, limit: u64) -> Result<String, String> {
+pub(crate) fn read_limited(path: &Path, limit: u64) -> Result<String, String> {
     let mut text = String::new();
     std::fs::File::open(path)
         .and_then(|f| f.take(limit + 1).read_to_string(&mut text))
@@ -725,7 +725,7 @@ fn read_limited(path: &Path, limit: u64) -> Result<String, String> {
     Ok(text)
 }
 
-fn file_error(
+pub(crate) fn file_error(
     key: &Spanned<PathBuf>,
     what: &str,
     path: &Path,

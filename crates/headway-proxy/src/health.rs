@@ -6,6 +6,8 @@
 //! request whose status and first 64 KiB of body are judged by the monitor's
 //! [`headway_lb::health::HttpExpect`]; each result feeds the server's rise/fall state machine
 //! ([`ServerState::record_check`]). The first check runs at once, the next after `interval`.
+//! In a group with TLS to its servers, an HTTP check is made over TLS, verified as requests
+//! are (a server whose certificate does not verify is down); a TCP check stays a TCP connect.
 //! Transitions are logged at `warn` (down) and `info` (up).
 
 use std::net::SocketAddr;
@@ -20,6 +22,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::group::ServerState;
+use crate::tls::Connector;
 
 /// Most body bytes an HTTP check reads.
 const BODY_LIMIT: usize = 64 * 1024;
@@ -30,12 +33,16 @@ pub fn spawn(
     group: String,
     server: String,
     state: Arc<ServerState>,
+    tls: Option<Arc<Connector>>,
     mut stop: watch::Receiver<()>,
 ) {
     tokio::spawn(async move {
         loop {
-            let result =
-                tokio::time::timeout(monitor.timeout, check(&monitor.kind, state.address)).await;
+            let result = tokio::time::timeout(
+                monitor.timeout,
+                check(&monitor.kind, state.address, tls.as_deref()),
+            )
+            .await;
             let outcome = match result {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(why)) => Err(why),
@@ -63,17 +70,31 @@ pub fn spawn(
 }
 
 /// One check; `Err` says why it failed.
-async fn check(kind: &MonitorKind, addr: SocketAddr) -> Result<(), String> {
+async fn check(
+    kind: &MonitorKind,
+    addr: SocketAddr,
+    tls: Option<&Connector>,
+) -> Result<(), String> {
     let stream = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
-    match kind {
-        MonitorKind::Http(h) => http_check(h, addr, stream).await,
+    match (kind, tls) {
+        (MonitorKind::Http(h), None) => http_check(h, addr, stream).await,
+        (MonitorKind::Http(h), Some(tls)) => {
+            let stream = tls
+                .connect(stream, addr)
+                .await
+                .map_err(|e| format!("TLS handshake: {e}"))?;
+            http_check(h, addr, stream).await
+        }
         _ => Ok(()),
     }
 }
 
-async fn http_check(h: &HttpMonitor, addr: SocketAddr, stream: TcpStream) -> Result<(), String> {
+async fn http_check<S>(h: &HttpMonitor, addr: SocketAddr, stream: S) -> Result<(), String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| format!("handshake: {e}"))?;

@@ -21,12 +21,14 @@
 //!   deadline for clients that connect and say nothing);
 //! - [`cache`]: the integrated HTTP cache (RFC 9111, content groups and policies, request
 //!   coalescing, the flash cache, purges);
+//! - [`tls`]: TLS termination of `https` virtual servers (SNI, resumption, ALPN, client
+//!   certificates) and TLS to servers;
 //! - [`stats`]: the counters and the snapshot types.
 //!
 //! It does not parse or validate configuration (it takes [`headway_config::AdcConfig`] as
 //! validated), decide selection itself (the pure algorithms are `headway-lb`'s), or serve the
-//! admin API (the binary wires [`Proxy`] to `headway-admin`). TLS, compression and caching come
-//! later on the same L7 path.
+//! admin API (the binary wires [`Proxy`] to `headway-admin`). Compression and caching come later
+//! on the same L7 path.
 //!
 //! # Entry points and call order
 //!
@@ -45,6 +47,7 @@ pub mod listen;
 pub mod runtime;
 pub mod stats;
 pub mod tcp_profile;
+pub mod tls;
 pub mod upstream;
 
 pub use runtime::{ApplyError, Proxy, StateError};

@@ -17,6 +17,10 @@
 //!   on reload only when the file changed it (so a drain set through the admin API survives
 //!   reloads that do not mention it).
 //!
+//! TLS follows the same rule: an `https` listener's rustls configuration (its [`Terminator`],
+//! with the certificates of the new file) is swapped for new connections, while ticket keys,
+//! the session cache and handshake counters carry over by virtual-server name.
+//!
 //! [`Proxy::shutdown`] stops every listener, lets connections finish within the grace period,
 //! and returns.
 
@@ -26,7 +30,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use headway_config::adc::{AdcConfig, VirtualServerKind};
 use headway_lb::health::AdminState;
 use parking_lot::Mutex;
@@ -38,6 +42,7 @@ use crate::http::access_log::{LogError, Logger};
 use crate::http::route::Router;
 use crate::http::{Slot, VsRuntime, VsShared};
 use crate::stats::{AdcSnapshot, GroupSnapshot, VirtualServerSnapshot};
+use crate::tls::{Connector, Keys, Session, Terminator};
 use crate::upstream::Pool;
 
 /// Why the proxy could not start or a new config could not be applied. Nothing was changed.
@@ -65,6 +70,14 @@ pub enum ApplyError {
     /// A TCP profile cannot be used on this host (see [`crate::tcp_profile::check`]).
     #[error(transparent)]
     TcpProfile(#[from] crate::tcp_profile::CheckError),
+    /// A TLS configuration could not be built.
+    #[error("{what}: {source}")]
+    Tls {
+        /// The virtual server, group or certificate.
+        what: String,
+        /// The error.
+        source: crate::tls::BuildError,
+    },
 }
 
 /// Why a server's state could not be set.
@@ -94,6 +107,8 @@ struct Lasting {
     groups: HashMap<String, Arc<GroupState>>,
     virtual_servers: HashMap<String, Arc<VsShared>>,
     logs: Vec<Arc<Logger>>,
+    /// TLS resumption state and counters of `https` virtual servers.
+    tls: HashMap<String, Arc<Session>>,
 }
 
 /// One config generation.
@@ -102,6 +117,8 @@ struct Generation {
     config: AdcConfig,
     groups: Vec<Arc<Group>>,
     virtual_servers: Vec<Arc<VsRuntime>>,
+    /// The TLS termination of each virtual server (same order; `https` ones only).
+    terminators: Vec<Option<Arc<Terminator>>>,
     /// Dropping it stops the generation's monitors.
     _monitors: watch::Sender<()>,
 }
@@ -109,6 +126,8 @@ struct Generation {
 /// A listening socket and its accept task.
 struct Listener {
     slot: Arc<Slot>,
+    /// The TLS termination of an `https` listener, swapped with the virtual server.
+    tls: Arc<ArcSwapOption<Terminator>>,
     bound: SocketAddr,
     /// `true` stops accepting and drains the listener's connections.
     draining: watch::Sender<bool>,
@@ -155,6 +174,7 @@ impl Proxy {
             config: AdcConfig::default(),
             groups: Vec::new(),
             virtual_servers: Vec::new(),
+            terminators: Vec::new(),
             _monitors: watch::channel(()).0,
         };
         let proxy = Proxy {
@@ -245,10 +265,12 @@ impl Proxy {
         AdcSnapshot {
             generation: g.number,
             reloads_failed: self.shared.reloads_failed.load(Ordering::Relaxed),
+            certificates: crate::tls::certificates(&g.config),
             virtual_servers: g
                 .virtual_servers
                 .iter()
-                .map(|v| {
+                .zip(&g.terminators)
+                .map(|(v, t)| {
                     let c = &v.shared.counters;
                     VirtualServerSnapshot {
                         name: v.config.name.clone(),
@@ -270,6 +292,7 @@ impl Proxy {
                         bytes_in: c.bytes_in.get(),
                         bytes_out: c.bytes_out.get(),
                         latency: c.latency.snapshot(),
+                        tls: t.as_ref().map(|t| t.counters().snapshot()),
                     }
                 })
                 .collect(),
@@ -352,13 +375,16 @@ impl Proxy {
         let generation = Arc::new(generation);
         *sh.lasting.lock() = lasting;
         let mut listeners = sh.listeners.lock();
-        let wanted: HashMap<SocketAddr, &Arc<VsRuntime>> = generation
+        let wanted: HashMap<SocketAddr, (&Arc<VsRuntime>, &Option<Arc<Terminator>>)> = generation
             .virtual_servers
             .iter()
-            .map(|v| (v.config.listen, v))
+            .zip(&generation.terminators)
+            .map(|(v, t)| (v.config.listen, (v, t)))
             .collect();
         listeners.retain(|addr, l| match wanted.get(addr) {
-            Some(v) => {
+            Some((v, t)) => {
+                // TLS first: a connection that sees the new kind finds its terminator.
+                l.tls.store((*t).clone());
                 l.slot.vs.store((*v).clone());
                 true
             }
@@ -373,14 +399,22 @@ impl Proxy {
             let slot = Arc::new(Slot {
                 vs: ArcSwap::new(vs),
             });
+            let tls = Arc::new(ArcSwapOption::new(generation.terminators[i].clone()));
             let (draining, rx) = watch::channel(false);
             match TcpListener::from_std(sock) {
                 Ok(l) => {
-                    tokio::spawn(accept_loop(l, slot.clone(), rx, sh.tracker.clone()));
+                    tokio::spawn(accept_loop(
+                        l,
+                        slot.clone(),
+                        tls.clone(),
+                        rx,
+                        sh.tracker.clone(),
+                    ));
                     listeners.insert(
                         addr,
                         Listener {
                             slot,
+                            tls,
                             bound,
                             draining,
                         },
@@ -401,8 +435,32 @@ impl Proxy {
         let old = sh.lasting.lock();
         let mut next = Lasting::default();
         let (monitors, stop) = watch::channel(());
+        // TLS first: it can fail, and nothing lasting has changed yet.
+        let tls_error = |what: String| move |source| ApplyError::Tls { what, source };
+        let keys = Keys::new(&config.certificates).map_err(tls_error("certificates".into()))?;
+        let mut connectors: HashMap<&str, Arc<Connector>> = HashMap::new();
+        for g in &config.groups {
+            if let Some(t) = &g.tls {
+                let c = Connector::new(g, t, &keys)
+                    .map_err(tls_error(format!("server group {}", g.name)))?;
+                connectors.insert(&g.name, Arc::new(c));
+            }
+        }
+        let mut terminators = Vec::with_capacity(config.virtual_servers.len());
+        for v in &config.virtual_servers {
+            let Some(t) = &v.tls else {
+                terminators.push(None);
+                continue;
+            };
+            let what = || format!("virtual server {}", v.name);
+            let session = Session::carry(old.tls.get(&v.name), t).map_err(tls_error(what()))?;
+            let term = Terminator::new(v, t, &keys, &session).map_err(tls_error(what()))?;
+            next.tls.insert(v.name.clone(), session);
+            terminators.push(Some(Arc::new(term)));
+        }
         let mut groups: Vec<Arc<Group>> = Vec::with_capacity(config.groups.len());
         for (gi, g) in config.groups.iter().enumerate() {
+            let connector = connectors.get(g.name.as_str()).cloned();
             let gs = old.groups.get(&g.name).cloned().unwrap_or_default();
             next.groups.insert(g.name.clone(), gs.clone());
             let group = Group::new(
@@ -426,6 +484,7 @@ impl Proxy {
                             Pool::new(g.pool_max_idle as usize, g.pool_idle_timeout),
                         )),
                     };
+                    st.pool.set_tls(connector.clone());
                     next.servers.insert(key, st.clone());
                     st
                 },
@@ -493,6 +552,7 @@ impl Proxy {
                     g.config.name.clone(),
                     member.name.clone(),
                     member.state.clone(),
+                    connectors.get(g.config.name.as_str()).cloned(),
                     stop.clone(),
                 );
             }
@@ -504,6 +564,7 @@ impl Proxy {
                 config,
                 groups,
                 virtual_servers,
+                terminators,
                 _monitors: monitors,
             },
             next,
@@ -549,6 +610,7 @@ fn log_tcp_report(r: &crate::tcp_profile::Report) {
 async fn accept_loop(
     listener: TcpListener,
     slot: Arc<Slot>,
+    tls: Arc<ArcSwapOption<Terminator>>,
     mut draining: watch::Receiver<bool>,
     tracker: Arc<Tracker>,
 ) {
@@ -591,6 +653,9 @@ async fn accept_loop(
         let slot = slot.clone();
         let drain = draining.clone();
         let tracker = tracker.clone();
+        let tls = (kind == VirtualServerKind::Https)
+            .then(|| tls.load_full())
+            .flatten();
         tokio::spawn(async move {
             match kind {
                 VirtualServerKind::Tcp => crate::l4::serve_connection(slot, stream, peer).await,
@@ -599,6 +664,12 @@ async fn accept_loop(
                 _ if !crate::listen::first_byte_within(&stream, first_byte).await => {
                     tracing::debug!(client = %peer, "closing a connection that sent nothing");
                 }
+                // The TLS handshake runs here, in the connection's task, never in the accept
+                // loop.
+                VirtualServerKind::Https => match tls {
+                    Some(t) => t.serve(slot, stream, peer, drain).await,
+                    None => tracing::error!("an https listener without its TLS termination"),
+                },
                 _ => crate::http::serve_connection(slot, stream, peer, drain).await,
             }
             drop(guard);

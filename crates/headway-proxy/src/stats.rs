@@ -255,6 +255,9 @@ pub struct AdcSnapshot {
     pub virtual_servers: Vec<VirtualServerSnapshot>,
     /// The server groups.
     pub groups: Vec<GroupSnapshot>,
+    /// The TLS certificates (`[[certificate]]`) and who uses them.
+    #[serde(default)]
+    pub certificates: Vec<CertificateSnapshot>,
 }
 
 /// One virtual server.
@@ -290,6 +293,83 @@ pub struct VirtualServerSnapshot {
     pub bytes_out: u64,
     /// Request latency.
     pub latency: HistogramSnapshot,
+    /// TLS handshakes (`https` virtual servers only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSnapshot>,
+}
+
+/// An `https` virtual server's TLS handshakes since start (counts survive reloads).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TlsSnapshot {
+    /// Completed handshakes that made a new session.
+    pub handshakes_full: u64,
+    /// Completed handshakes that resumed a session (ticket or session cache).
+    pub handshakes_resumed: u64,
+    /// Completed handshakes in TLS 1.2.
+    pub tls12: u64,
+    /// Completed handshakes in TLS 1.3.
+    pub tls13: u64,
+    /// Handshakes where ALPN chose `h2`.
+    pub alpn_h2: u64,
+    /// Handshakes where ALPN chose `http/1.1`.
+    pub alpn_http11: u64,
+    /// Handshakes without ALPN (HTTP/1.1).
+    pub alpn_none: u64,
+    /// Handshakes where the client presented a certificate that was accepted.
+    pub client_certificates: u64,
+    /// Handshakes served the default certificate (no SNI, or a name no certificate holds).
+    pub sni_default: u64,
+    /// Failed handshakes by reason: `timeout`, `version` (SSL 3, TLS 1.0/1.1), `cipher` (no
+    /// suite, group or signature scheme in common), `alpn`, `client_certificate`, `alert` (the
+    /// client refused ours), `protocol` (malformed), `closed` (by the client), `other`.
+    pub failures: Vec<(String, u64)>,
+}
+
+impl TlsSnapshot {
+    /// Completed handshakes.
+    pub fn handshakes(&self) -> u64 {
+        self.handshakes_full + self.handshakes_resumed
+    }
+
+    /// Failed handshakes.
+    pub fn failed(&self) -> u64 {
+        self.failures.iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// One TLS certificate of the running config.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CertificateSnapshot {
+    /// Its `[[certificate]]` name.
+    pub name: String,
+    /// The certificate file.
+    pub cert_file: String,
+    /// The key file.
+    pub key_file: String,
+    /// The subject's distinguished name.
+    pub subject: String,
+    /// The issuer's distinguished name.
+    pub issuer: String,
+    /// The subjectAltName DNS names (what SNI selects it by).
+    pub dns_names: Vec<String>,
+    /// The subjectAltName IP addresses.
+    pub ip_addresses: Vec<String>,
+    /// Start of validity (RFC 3339, UTC).
+    pub not_before: String,
+    /// End of validity (RFC 3339, UTC).
+    pub not_after: String,
+    /// End of validity, seconds since the Unix epoch.
+    pub not_after_unix: i64,
+    /// The serial number (hex).
+    pub serial: String,
+    /// Key type and size (`ECDSA P-256`, `RSA 2048`).
+    pub key_type: String,
+    /// Certificates in the chain served (leaf included).
+    pub chain_length: usize,
+    /// The virtual servers that serve it.
+    pub virtual_servers: Vec<String>,
+    /// The server groups that present it to servers.
+    pub groups: Vec<String>,
 }
 
 /// One server group.

@@ -16,6 +16,10 @@
 //! are dropped when met. The pool counts connections opened and requests sent on reused ones:
 //! the reuse ratio the admin API reports.
 //!
+//! A group with `[server_group.tls]` gives its servers' pools a [`crate::tls::Connector`]
+//! ([`Pool::set_tls`]): new connections then make a verified TLS handshake after the TCP
+//! connect, both within the connect timeout, and [`Conn::stream`] is TLS.
+//!
 //! Cancel safety: [`Pool::checkout`] may be dropped at any await point; a connection it had
 //! taken is then closed, never returned half-used.
 
@@ -29,6 +33,7 @@ use parking_lot::Mutex;
 use tokio::net::TcpStream;
 
 use crate::stats::ServerCounters;
+use crate::tls::{Connector, ServerStream};
 
 /// Initial read buffer of a connection.
 const READ_BUF: usize = 16 * 1024;
@@ -48,13 +53,21 @@ pub enum ConnectError {
     /// The TCP connect took longer than the group's `connect_timeout`.
     #[error("connect to {0} timed out")]
     Timeout(SocketAddr),
+    /// The TLS handshake failed (the server's certificate did not verify, for instance).
+    #[error("TLS handshake with {addr} failed: {source}")]
+    Tls {
+        /// The server.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
 }
 
 /// A connection to a server.
 #[derive(Debug)]
 pub struct Conn {
-    /// The socket.
-    pub stream: TcpStream,
+    /// The socket, or TLS over it.
+    pub stream: ServerStream,
     /// Bytes read from the server and not yet consumed.
     pub buf: BytesMut,
     /// Whether it came from the pool.
@@ -65,6 +78,7 @@ pub struct Conn {
 /// The idle connections of one server.
 pub struct Pool {
     idle: Mutex<Vec<Conn>>,
+    tls: arc_swap::ArcSwapOption<Connector>,
     max_idle: AtomicUsize,
     idle_timeout_ms: AtomicU64,
 }
@@ -83,6 +97,7 @@ impl Pool {
     pub fn new(max_idle: usize, idle_timeout: Duration) -> Self {
         Pool {
             idle: Mutex::new(Vec::new()),
+            tls: arc_swap::ArcSwapOption::empty(),
             max_idle: AtomicUsize::new(max_idle),
             idle_timeout_ms: AtomicU64::new(idle_timeout.as_millis() as u64),
         }
@@ -96,6 +111,15 @@ impl Pool {
         let mut idle = self.idle.lock();
         let excess = idle.len().saturating_sub(max_idle);
         idle.drain(..excess);
+    }
+
+    /// Sets how new connections are made: TLS with `tls`, or cleartext. A change closes the
+    /// idle connections (made the old way).
+    pub fn set_tls(&self, tls: Option<std::sync::Arc<Connector>>) {
+        let old = self.tls.swap(tls);
+        if old.is_some() || self.tls.load().is_some() {
+            self.clear();
+        }
     }
 
     /// Idle connections now.
@@ -120,7 +144,7 @@ impl Pool {
             let popped = self.idle.lock().pop();
             let Some(mut c) = popped else { break };
             let idle_for = SystemClock::now().saturating_duration_since(c.since);
-            if idle_for > timeout || !alive(&c.stream) {
+            if idle_for > timeout || !c.stream.alive() {
                 continue;
             }
             c.reused = true;
@@ -133,6 +157,16 @@ impl Pool {
             Err(_) => return Err(ConnectError::Timeout(addr)),
         };
         let _ = stream.set_nodelay(true);
+        let stream = match self.tls.load_full() {
+            None => ServerStream::Plain(stream),
+            Some(tls) => {
+                match tokio::time::timeout(connect_timeout, tls.connect(stream, addr)).await {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(source)) => return Err(ConnectError::Tls { addr, source }),
+                    Err(_) => return Err(ConnectError::Timeout(addr)),
+                }
+            }
+        };
         counters.connections_opened.inc();
         Ok(Conn {
             stream,
@@ -154,12 +188,6 @@ impl Pool {
             idle.push(c);
         }
     }
-}
-
-/// Whether an idle connection is still open and quiet (a non-blocking one-byte read).
-fn alive(s: &TcpStream) -> bool {
-    let mut b = [0u8; 1];
-    matches!(s.try_read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 #[cfg(test)]
@@ -187,7 +215,7 @@ mod tests {
         let idle = pool.idle.lock().pop().unwrap();
         tokio::time::timeout(
             Duration::from_secs(5),
-            idle.stream.ready(tokio::io::Interest::READABLE),
+            idle.stream.tcp().ready(tokio::io::Interest::READABLE),
         )
         .await
         .expect("the close arrives")

@@ -137,7 +137,7 @@ fn adc_summary(a: &headway_config::AdcConfig) -> String {
     );
     for v in &a.virtual_servers {
         s.push_str(&format!(
-            "\n    virtual server {} ({}) on {} -> group {}{}",
+            "\n    virtual server {} ({}) on {} -> group {}{}{}",
             v.name,
             v.kind.as_str(),
             v.listen,
@@ -145,7 +145,24 @@ fn adc_summary(a: &headway_config::AdcConfig) -> String {
             v.rules
                 .iter()
                 .map(|r| format!(", rule {} -> {}", r.name, r.group))
-                .collect::<String>()
+                .collect::<String>(),
+            v.tls
+                .as_ref()
+                .map(|t| format!(", certificates {}", t.certificates.join(", ")))
+                .unwrap_or_default()
+        ));
+    }
+    for c in &a.certificates {
+        s.push_str(&format!(
+            "\n    certificate {}: {} ({}, issued by {})",
+            c.name,
+            if c.info.dns_names.is_empty() {
+                c.info.subject.clone()
+            } else {
+                c.info.dns_names.join(", ")
+            },
+            c.info.key_type,
+            c.info.issuer
         ));
     }
     for g in &a.groups {

@@ -1017,8 +1017,12 @@ fn adc_config_mistakes_exit_64_with_file_line_and_the_fix() {
             "adc.toml:24:9: unknown server group `wbe`",
         ),
         (
-            adc_config(1, 2, server, "").replace("kind = \"http\"", "kind = \"https\""),
+            adc_config(1, 2, server, "").replace("kind = \"http\"", "kind = \"htp\""),
             "did you mean `http`",
+        ),
+        (
+            adc_config(1, 2, server, "").replace("kind = \"http\"", "kind = \"https\""),
+            "adc.toml:22:8: virtual server `front` is `https` but has no [virtual_server.tls]",
         ),
         (
             adc_config(1, 2, server, "max_headers = 0\n"),
@@ -1038,4 +1042,155 @@ fn adc_config_mistakes_exit_64_with_file_line_and_the_fix() {
     std::fs::write(&cfg, adc_config(free_port(false), port, server, "")).unwrap();
     let out = headway(&["run", "-c", cfg.to_str().unwrap()]);
     assert_usage_error(&out, "cannot listen on 127.0.0.1:");
+}
+
+/// A self-signed certificate for `name` with organisation `org`, made by openssl (valid 30 days),
+/// as `{stem}.pem` and `{stem}.key` in `dir`.
+fn openssl_cert(dir: &Path, stem: &str, name: &str, org: &str) {
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ])
+        .arg("-keyout")
+        .arg(dir.join(format!("{stem}.key")))
+        .arg("-out")
+        .arg(dir.join(format!("{stem}.pem")))
+        .args(["-days", "30", "-subj", &format!("/CN={name}/O={org}")])
+        .args(["-addext", &format!("subjectAltName=DNS:{name}")])
+        .output()
+        .expect("openssl runs (scripts/setup.sh installs it)");
+    assert!(out.status.success(), "openssl req: {}", text(&out.stderr));
+}
+
+/// The subject line `openssl s_client` prints for `addr` with SNI `name`.
+fn served_subject(addr: std::net::SocketAddr, name: &str) -> String {
+    let out = Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &addr.to_string(),
+            "-servername",
+            name,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("openssl runs");
+    text(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with("subject="))
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn https_certificates_through_ctl_and_a_refused_reload_keeps_them() {
+    let dir = TempDir::new("adc-tls");
+    openssl_cert(dir.path(), "a", "a.example", "First");
+    let server: std::net::SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
+    let _origin = origin(server);
+    let (admin, listen) = (free_port(false), free_port(false));
+    let admin_url = format!("127.0.0.1:{admin}");
+    let front: std::net::SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
+    let cfg = dir.path().join("adc.toml");
+    let config = format!(
+        "{}\n[virtual_server.tls]\ncertificates = [\"a\"]\n\n\
+         [[certificate]]\nname = \"a\"\ncert_file = \"a.pem\"\nkey_file = \"a.key\"\n",
+        adc_config(admin, listen, server, "").replace("kind = \"http\"", "kind = \"https\"")
+    );
+    std::fs::write(&cfg, &config).unwrap();
+    let out = headway_ok(&["check", "-c", cfg.to_str().unwrap()]);
+    assert!(out.contains("virtual server front (https)"), "{out}");
+    assert!(out.contains("certificates a"), "{out}");
+    assert!(
+        out.contains("certificate a: a.example (ECDSA P-256, issued by CN=a.example, O=First)"),
+        "{out}"
+    );
+    let running = run_until_ready(&cfg);
+    let curl = Command::new("curl")
+        .args([
+            "-sk",
+            "--max-time",
+            "20",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{http_version}",
+        ])
+        .arg(format!("https://{front}/healthz"))
+        .output()
+        .expect("curl runs");
+    assert_eq!(
+        text(&curl.stdout),
+        "200 2",
+        "curl negotiates HTTP/2 by ALPN"
+    );
+    assert!(served_subject(front, "a.example").contains("O = First"));
+
+    let table = headway_ok(&["ctl", "--admin", &admin_url, "certs"]);
+    for part in [
+        "CERTIFICATE",
+        "a.example",
+        "CN=a.example, O=First",
+        "ECDSA P-256",
+        "vs front",
+    ] {
+        assert!(table.contains(part), "`{part}` not in:\n{table}");
+    }
+    assert!(
+        table.contains("in 29 days") || table.contains("in 30 days"),
+        "{table}"
+    );
+    let json = headway_ok(&["ctl", "--admin", &admin_url, "certs", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v[0]["dns_names"][0], "a.example");
+    assert_eq!(v[0]["virtual_servers"][0], "front");
+
+    // A broken certificate file: the reload is refused with the line that names it, and the
+    // running certificate stays.
+    let good = std::fs::read_to_string(dir.path().join("a.pem")).unwrap();
+    std::fs::write(dir.path().join("a.pem"), "not a certificate\n").unwrap();
+    let out = headway(&["ctl", "--admin", &admin_url, "config", "reload"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    let line = config.lines().position(|l| l.contains("a.pem")).unwrap() + 1;
+    assert!(
+        err.contains(&format!(
+            "adc.toml:{line}:13: cannot use the certificate file of certificate `a` in"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("a.pem`: it holds no PEM certificate"), "{err}");
+    assert!(served_subject(front, "a.example").contains("O = First"));
+    std::fs::write(dir.path().join("a.pem"), good).unwrap();
+
+    // A new certificate, applied by SIGHUP, serves new connections.
+    openssl_cert(dir.path(), "a", "a.example", "Second");
+    let _ = Command::new("kill")
+        .args(["-HUP", &running.0.id().to_string()])
+        .status();
+    let deadline = SystemClock::now() + Duration::from_secs(20);
+    while !served_subject(front, "a.example").contains("O = Second") {
+        assert!(
+            SystemClock::now() < deadline,
+            "SIGHUP never swapped the certificate"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let table = headway_ok(&["ctl", "--admin", &admin_url, "certs"]);
+    assert!(table.contains("CN=a.example, O=Second"), "{table}");
+    let metrics = headway_ok(&["ctl", "--admin", &admin_url, "metrics"]);
+    for line in [
+        "headway_adc_reloads_failed_total 1",
+        "headway_adc_tls_handshakes_total{virtual_server=\"front\",kind=\"full\"}",
+        "headway_adc_tls_certificate_not_after_seconds{certificate=\"a\"}",
+    ] {
+        assert!(metrics.contains(line), "`{line}` not in:\n{metrics}");
+    }
+    assert!(running.terminate().success());
 }

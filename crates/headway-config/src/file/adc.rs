@@ -96,6 +96,9 @@ pub struct ServerGroupSection {
     pub tcp_profile: Option<Spanned<String>>,
     /// Session persistence (`[server_group.persistence]`). Default: none.
     pub persistence: Option<Spanned<PersistenceSection>>,
+    /// Connect to the servers over TLS, verifying their certificates (`[server_group.tls]`).
+    /// Default: none (cleartext HTTP to the servers).
+    pub tls: Option<Spanned<GroupTlsSection>>,
     /// The servers (`[[server_group.server]]`); at least one.
     #[serde(default)]
     pub server: Vec<ServerSection>,
@@ -160,8 +163,9 @@ pub struct ServerSection {
 pub struct VirtualServerSection {
     /// The virtual server's name in the admin API, metrics and logs. Required.
     pub name: Spanned<String>,
-    /// `"http"` (HTTP/1.1 and HTTP/2 with prior knowledge, layer 7) or `"tcp"` (bytes both ways,
-    /// layer 4). Required.
+    /// `"http"` (HTTP/1.1 and HTTP/2 with prior knowledge, layer 7), `"https"` (the same over
+    /// TLS, terminated here; needs `[virtual_server.tls]`) or `"tcp"` (bytes both ways, layer 4).
+    /// Required.
     pub kind: Spanned<String>,
     /// The TCP socket address to listen on (`"0.0.0.0:80"`). Required.
     pub listen: Spanned<String>,
@@ -170,7 +174,8 @@ pub struct VirtualServerSection {
     /// Close a client connection idle for this long (between requests, or without bytes in
     /// either direction for `tcp`) (`"180s"`). Default: `"180s"`.
     pub client_idle_timeout: Option<Spanned<DurationValue>>,
-    /// HTTP: time allowed to receive a whole request header (`"10s"`). Default: `"10s"`.
+    /// HTTP: time allowed to receive a whole request header (`"10s"`); for `https` also the time
+    /// allowed for the TLS handshake. Default: `"10s"`.
     pub request_header_timeout: Option<Spanned<DurationValue>>,
     /// HTTP: the largest request header, in bytes (`"32KiB"`); larger gets 431. Default:
     /// `"32KiB"`.
@@ -189,11 +194,13 @@ pub struct VirtualServerSection {
     /// 1 to 1000000. Linux caps it at `net.core.somaxconn` (Headway warns when it does); with
     /// SYN cookies on, a SYN flood cannot fill it. Default: 4096.
     pub backlog: Option<Spanned<u32>>,
-    /// HTTP: accept HTTP/2 with prior knowledge (cleartext) beside HTTP/1.1. Default: true.
+    /// HTTP: accept HTTP/2 beside HTTP/1.1 — with prior knowledge on `http`, offered by ALPN
+    /// (`h2`, then `http/1.1`) on `https`. Default: true.
     pub http2: Option<bool>,
     /// HTTP: append the client's address to `X-Forwarded-For`. Default: true.
     pub x_forwarded_for: Option<bool>,
-    /// HTTP: set `X-Forwarded-Proto` (`http`). Default: true.
+    /// HTTP: set `X-Forwarded-Proto` (`http`, or `https` on `https` virtual servers). Default:
+    /// true.
     pub x_forwarded_proto: Option<bool>,
     /// HTTP: append an RFC 7239 `Forwarded` element (`for=…;proto=…;host=…`). Default: false.
     pub forwarded: Option<bool>,
@@ -207,10 +214,89 @@ pub struct VirtualServerSection {
     /// The access log's format: `"combined"` (Apache/NGINX combined log format) or `"json"`
     /// (one object per line). Default: `"combined"`.
     pub access_log_format: Option<Spanned<String>>,
+    /// HTTPS: TLS termination (`[virtual_server.tls]`): certificates, versions, resumption,
+    /// client certificates. Required for `https`, refused for the other kinds.
+    pub tls: Option<Spanned<VsTlsSection>>,
     /// HTTP: content-switching rules (`[[virtual_server.rule]]`), first match wins. Default:
     /// none (every request goes to `group`).
     #[serde(default)]
     pub rule: Vec<RuleSection>,
+}
+
+/// `[[certificate]]`: a certificate chain and its private key, named so that `https` virtual
+/// servers (and server groups presenting a client certificate) can use it. Both files are read
+/// and checked when the config is loaded and on every reload: PEM syntax, X.509 structure, a
+/// supported key type, and that the key belongs to the certificate. A reload that changes a
+/// file serves new connections with the new certificate; connections already open keep theirs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateSection {
+    /// The certificate's name, used by `virtual_server.tls.certificates` and
+    /// `server_group.tls.certificate`: letters, digits, `-`, `_`, `.`. Required.
+    pub name: Spanned<String>,
+    /// PEM file holding the certificate, then the intermediate CA certificates that clients need
+    /// to reach a trusted root (leaf first, as servers send them); relative to the config file.
+    /// Required.
+    pub cert_file: Spanned<PathBuf>,
+    /// PEM file holding the certificate's private key, unencrypted: PKCS#8 (`BEGIN PRIVATE
+    /// KEY`), SEC1 (`BEGIN EC PRIVATE KEY`) or PKCS#1 (`BEGIN RSA PRIVATE KEY`); RSA (2048 bits or
+    /// more), ECDSA P-256 or P-384, or Ed25519. Relative to the config file. Required.
+    pub key_file: Spanned<PathBuf>,
+}
+
+/// `[virtual_server.tls]`: TLS termination of an `https` virtual server. TLS 1.2 and 1.3 only,
+/// with AEAD cipher suites and ephemeral (EC)DHE key exchange only: AES-GCM and
+/// ChaCha20-Poly1305, never CBC, RC4, 3DES or RSA key exchange.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VsTlsSection {
+    /// The `[[certificate]]`s served, by name (`["www-ecdsa", "www-rsa", "api"]`). Each
+    /// connection gets the certificate whose DNS names (subjectAltName) match the name the
+    /// client asks for with SNI: an exact name first, then a `*.example.com` wildcard (one
+    /// label). When several match, the first in this list whose key the client can verify wins
+    /// (list an ECDSA certificate before an RSA one with the same names). The first certificate
+    /// is the default, for clients that send no name or a name no certificate holds. Required,
+    /// at least one.
+    pub certificates: Spanned<Vec<Spanned<String>>>,
+    /// The lowest TLS version accepted: `"1.2"` or `"1.3"`. SSL 3, TLS 1.0 and TLS 1.1 are never
+    /// accepted. Default: `"1.2"`.
+    pub min_version: Option<Spanned<String>>,
+    /// Resume sessions from tickets the client keeps (RFC 5077 tickets in TLS 1.2, PSK tickets
+    /// in TLS 1.3). The ticket keys belong to the virtual server and survive reloads; a new key
+    /// is made every 6 hours and a ticket is accepted for at most 12 hours. Default: true.
+    pub session_tickets: Option<bool>,
+    /// Sessions the server keeps for resumption by session id (TLS 1.2, and TLS 1.3 when
+    /// `session_tickets` is false), 0–10000000; 0 = no cache. The oldest are dropped first; a
+    /// session takes a few hundred bytes. The cache survives reloads while its size stays.
+    /// Default: 20000.
+    pub session_cache: Option<Spanned<u32>>,
+    /// Client certificates: `"none"`, `"optional"` (asked for; a client may send none, but a
+    /// certificate it sends must chain to `client_ca_file`) or `"required"` (a client without a
+    /// valid certificate is refused in the handshake). Default: `"none"`.
+    pub client_auth: Option<Spanned<String>>,
+    /// PEM file of the CA certificates client certificates must chain to; relative to the
+    /// config file. Required with `client_auth` `"optional"` or `"required"`, refused without.
+    pub client_ca_file: Option<Spanned<PathBuf>>,
+}
+
+/// `[server_group.tls]`: the group's servers are reached over TLS, and each server's
+/// certificate is verified: it must chain to `ca_file` and hold `server_name` (or the server's
+/// IP address). Requests to the servers stay HTTP/1.1 (ALPN `http/1.1`); TLS sessions are
+/// resumed across pooled connections. The group's HTTP monitor checks over TLS the same way.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupTlsSection {
+    /// PEM file of the CA certificates the servers' certificates must chain to; relative to the
+    /// config file. Required.
+    pub ca_file: Spanned<PathBuf>,
+    /// The DNS name sent with SNI and checked against every server's certificate
+    /// (`"app.internal"`). Default: each server's IP address, which its certificate must then
+    /// hold as an IP-address subjectAltName.
+    pub server_name: Option<Spanned<String>>,
+    /// The lowest TLS version used: `"1.2"` or `"1.3"`. Default: `"1.2"`.
+    pub min_version: Option<Spanned<String>>,
+    /// A `[[certificate]]` presented to servers that ask for a client certificate. Default: none.
+    pub certificate: Option<Spanned<String>>,
 }
 
 /// `[virtual_server.request_headers]` / `[virtual_server.response_headers]`.

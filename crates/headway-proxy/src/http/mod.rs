@@ -780,7 +780,11 @@ async fn upstream(
             forwarded: vs.config.forwarded,
         },
         &conn.client,
-        "http",
+        if vs.config.kind == headway_config::adc::VirtualServerKind::Https {
+            "https"
+        } else {
+            "http"
+        },
         host.as_deref(),
     );
     vs.request_rules.apply(&mut parts.headers);
@@ -884,12 +888,12 @@ async fn exchange(
         Ok(c) => c,
         Err(e) => {
             server.counters.connect_failures.inc();
+            server.pool.clear();
             tracing::debug!(group = %cfg.name, server = %server.address, error = %e, "connect failed");
             return Err(match e {
                 crate::upstream::ConnectError::Timeout(_) => Attempt::NotSent(
                     StatusCode::GATEWAY_TIMEOUT,
                     "connecting to the server timed out",
-            server.pool.clear();
                 ),
                 _ => Attempt::NotSent(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -900,15 +904,15 @@ async fn exchange(
     };
     let failed = |why: &str| {
         server.counters.failures.inc();
+        // A connection that broke without an answer usually means the server went away:
+        // its other idle connections are suspect too, so none of them gets a request that
+        // could not be retried.
+        server.pool.clear();
         tracing::debug!(group = %cfg.name, server = %server.address, reason = why, "request to server failed");
     };
     let sent_at = SystemClock::now();
     let deadline = tokio::time::Instant::now() + cfg.response_timeout;
     // Send: the head, then the body (as the client sends it).
-        // A connection that broke without an answer usually means the server went away:
-        // its other idle connections are suspect too, so none of them gets a request that
-        // could not be retried.
-        server.pool.clear();
     if let Err(e) = c.stream.write_all(head).await {
         failed(&e.to_string());
         return Err(if c.reused {
@@ -936,6 +940,14 @@ async fn exchange(
             failed(why);
             return Err(Attempt::Fail(StatusCode::BAD_GATEWAY, why));
         }
+    }
+    // TLS may hold back the request's last bytes until flushed (a no-op for plain TCP).
+    if let Err(e) = c.stream.flush().await {
+        failed(&e.to_string());
+        return Err(Attempt::NoResponse(
+            StatusCode::BAD_GATEWAY,
+            "the server closed the connection",
+        ));
     }
     // Receive the head (skipping 1xx interim answers).
     let read = async {
@@ -1010,7 +1022,7 @@ async fn exchange(
 
 /// Streams the client's request body to the server in the framing of the head.
 async fn send_body(
-    s: &mut tokio::net::TcpStream,
+    s: &mut crate::tls::ServerStream,
     body: &mut Incoming,
     framing: codec::RequestFraming,
     vs_counters: &VirtualServerCounters,
