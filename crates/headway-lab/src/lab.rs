@@ -51,6 +51,9 @@ pub enum WanMode {
     },
     /// A Linux bridge joins the interfaces (plumbing tests; no emulation, no admin API).
     Bridge,
+    /// A Linux bridge, and the lab's interfaces keep the kernel's offloads (GSO/GRO/TSO,
+    /// checksums), as production NICs do: the unconstrained link of throughput benchmarks.
+    BridgeOffloaded,
 }
 
 /// How to bring a lab up.
@@ -243,7 +246,7 @@ impl Lab {
         let plan = Plan::new(opts.topology);
         let binary = match &opts.wan {
             WanMode::Emulator { binary, .. } => Some(binary.clone()),
-            WanMode::Bridge => None,
+            WanMode::Bridge | WanMode::BridgeOffloaded => None,
         };
         let state = LabState {
             topology: opts.topology,
@@ -283,6 +286,7 @@ impl Lab {
         let fill = match opts.wan {
             WanMode::Emulator { .. } => WanFill::Emulator,
             WanMode::Bridge => WanFill::Bridge,
+            WanMode::BridgeOffloaded => WanFill::BridgeOffloaded,
         };
         topology::build(&lab.state.plan, &opts.prefix, fill)
             .with_context(|| format!("building the {} topology", opts.topology.as_str()))?;
