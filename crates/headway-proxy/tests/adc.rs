@@ -1062,3 +1062,32 @@ async fn the_sharepoint_example_does_what_the_seeds_netscaler_does() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_accepting_and_lets_in_flight_requests_finish() {
+    let slow = Origin::start("slow", Duration::from_millis(500)).await;
+    let text = format!("{}{}", group("g", "", &[(slow.addr, "")]), vs("g", ""));
+    let (p, addr) = proxy(&text).await;
+    let c = client();
+    let in_flight = {
+        let c = c.clone();
+        tokio::spawn(async move { get(&c, addr, "/healthz").await })
+    };
+    until(&p, "the request to reach the server", |s| {
+        s.groups[0].servers[0].active == 1
+    })
+    .await;
+    let done = {
+        let p = p.clone();
+        tokio::spawn(async move { p.shutdown(Duration::from_secs(10)).await })
+    };
+    // The listener closes at once; the request in flight still completes.
+    let deadline = SystemClock::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).await.is_ok() {
+        assert!(SystemClock::now() < deadline, "still accepting");
+        tokio::task::yield_now().await;
+    }
+    let r = in_flight.await.unwrap();
+    assert_eq!((r.status, r.text().as_str()), (200, "ok\n"));
+    done.await.unwrap();
+}
