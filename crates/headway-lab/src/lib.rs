@@ -23,6 +23,9 @@
 //! - [`bench`](mod@bench): `headway bench …`, scenario benchmarks beside same-run baselines;
 //! - [`demo`]: `headway demo`, the main job on an embedded default;
 //! - [`report`]: charts for reports.
+//! - [`page`], [`clients`], [`synflood`]: the tools of the ADC's TCP-profile and flood
+//!   benchmarks (a browser-like page download, fixed-rate clients, a bounded SYN flooder);
+//!   [`netstat`]: the kernel's TCP counters of a namespace.
 //!
 //! It does not implement the link model or the emulator (that is `headway emulate`, which the lab
 //! starts as a child process of the same binary).
@@ -47,16 +50,20 @@
 pub mod bench;
 pub mod calibrate;
 pub mod cli;
+pub mod clients;
 pub mod demo;
 pub mod fetch;
 pub mod interrupt;
 pub mod lab;
 pub mod netns;
+pub mod netstat;
 pub mod optimizer;
+pub mod page;
 pub mod presets;
 pub mod report;
 pub mod spec;
 pub mod stats;
+pub mod synflood;
 pub mod tool;
 pub mod topology;
 pub mod xfer;

@@ -54,6 +54,12 @@ pub enum ToolCommand {
     XferServer(crate::xfer::XferServerArgs),
     /// Run many verified transfers against an xfer server and report their outcomes.
     Xfer(crate::xfer::XferArgs),
+    /// Send SYNs from random lab addresses to a virtual server at a bounded rate and time.
+    SynFlood(crate::synflood::SynFloodArgs),
+    /// Download a page (HTML, then its objects over parallel keep-alive connections).
+    Page(crate::page::PageArgs),
+    /// Requests at a fixed rate, each on a new connection; success rate and latencies.
+    Clients(crate::clients::ClientsArgs),
 }
 
 /// `udp-sink` arguments.
@@ -124,6 +130,9 @@ pub fn run(cmd: ToolCommand) -> Result<()> {
         ToolCommand::Fetch(a) => crate::fetch::run(a),
         ToolCommand::XferServer(a) => crate::xfer::run_server(a),
         ToolCommand::Xfer(a) => crate::xfer::run_client(a),
+        ToolCommand::SynFlood(a) => crate::synflood::run(a),
+        ToolCommand::Page(a) => crate::page::run(a),
+        ToolCommand::Clients(a) => crate::clients::run(a),
         ToolCommand::UdpSink(a) => {
             let sock = bind(a.listen)?;
             let report = sink(&sock, a.idle, a.max_time, say_ready)?;

@@ -13,6 +13,8 @@
 //! | `bench adc-reliability` | the ADC under 10 SIGHUP reloads in a 30 s wrk run, a server killed under GET and POST load, slowloris clients beside normal ones |
 //! | `bench adc` | seed 002's F5 matrix on loopback: L4 conn/s, L7 req/s at 1, 10, unlimited requests per connection × 5 sizes, HTTP/2 — Headway, HAProxy, NGINX and the bare origin, with CPU-seconds per 100,000 requests |
 //! | `bench wanopt changed-file` | a 12 MB DOC-like file, then copies with 1 % (0.1 %, 5 %) of its bytes changed: WAN bytes of each beside the first pass's |
+//! | `bench adc-tcp-profiles` | seed 003's TCP profiles: a page's download time and the server's retransmissions for emulated broadband, mobile and dial-up clients, Linux defaults vs NetScaler's default vs the AOL profile, beside the seed's results |
+//! | `bench adc-flood` | a SYN flood at rising rates against a virtual server while ordinary clients keep requesting: their success rate and latency, with the kernel's SYN-cookie counters, cookies on and off |
 //! | `bench wanopt throughput` | LAN-side throughput through the optimizer pair per service class over an unconstrained link, iperf3 and non-repeating data, beside the direct path |
 //!
 //! The WAN-optimizer benchmarks each run in their own lab, named by `--prefix` (see
@@ -21,6 +23,8 @@
 pub mod adc;
 pub mod adc_reliability;
 pub mod emulator;
+pub mod flood;
+pub mod tcp_profiles;
 pub mod wanopt;
 pub mod wanopt_changed;
 pub mod wanopt_correctness;
@@ -39,6 +43,11 @@ pub enum BenchCommand {
     Adc(adc::AdcArgs),
     /// The ADC under reloads, a server killed mid-load and slow-header clients (wrk).
     AdcReliability(adc_reliability::ReliabilityArgs),
+    /// Seed 003's TCP profiles on emulated broadband, mobile and dial-up clients: page time and
+    /// retransmissions.
+    AdcTcpProfiles(tcp_profiles::TcpProfilesArgs),
+    /// A SYN flood against a virtual server while ordinary clients keep requesting.
+    AdcFlood(flood::FloodArgs),
     /// Emulator throughput (vs a direct veth link) and release-timing accuracy.
     Emulator(emulator::EmulatorArgs),
     /// WAN-optimizer scenarios from the seeds.
@@ -51,6 +60,8 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Adc(a) => adc::run(a),
         BenchCommand::AdcReliability(a) => adc_reliability::run(a),
+        BenchCommand::AdcTcpProfiles(a) => tcp_profiles::run(a),
+        BenchCommand::AdcFlood(a) => flood::run(a),
         BenchCommand::Emulator(a) => emulator::run(a),
         BenchCommand::Wanopt(c) => wanopt::run(c),
     }
