@@ -63,6 +63,15 @@ pub trait AdcControl: Send + Sync + 'static {
     fn replace_config(&self, text: String) -> BoxFuture<Result<ReloadReport, String>>;
     /// Reads the config file from disk again and applies it like [`AdcControl::replace_config`].
     fn reload(&self) -> BoxFuture<Result<ReloadReport, String>>;
+    /// Removes what `purge` names from the integrated cache. `Err` carries a message and
+    /// whether the thing named was not found (`true`: no cache, no such group).
+    fn purge_cache(
+        &self,
+        purge: crate::cache::Purge,
+    ) -> Result<crate::cache::PurgeReport, (bool, String)> {
+        let _ = purge;
+        Err((true, "no cache is configured: add a [cache] section".into()))
+    }
 }
 
 /// The answer to a config change.
@@ -344,6 +353,7 @@ impl Collector for AdcCollector {
             &[(vec![], s.reloads_failed)],
         )?;
         tls_metrics(&mut enc, &s)?;
+        crate::cache::metrics(&mut enc, &s)?;
         Ok(())
     }
 }
@@ -437,7 +447,7 @@ fn tls_metrics(enc: &mut DescriptorEncoder<'_>, s: &AdcSnapshot) -> Result<(), s
     Ok(())
 }
 
-fn counters(
+pub(crate) fn counters(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
@@ -456,7 +466,7 @@ fn counters(
     Ok(())
 }
 
-fn gauges(
+pub(crate) fn gauges(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
@@ -704,11 +714,15 @@ pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
         }
         table(out, &rows)?;
     }
+    if let Some(c) = &s.cache {
+        writeln!(out)?;
+        crate::cache::write_cache(out, c)?;
+    }
     Ok(())
 }
 
 /// Aligned columns.
-fn table(out: &mut dyn Write, rows: &[Vec<String>]) -> std::io::Result<()> {
+pub(crate) fn table(out: &mut dyn Write, rows: &[Vec<String>]) -> std::io::Result<()> {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let mut widths = vec![0usize; cols];
     for r in rows {
@@ -735,6 +749,7 @@ mod tests {
         AdcSnapshot {
             generation: 3,
             reloads_failed: 1,
+            cache: None,
             virtual_servers: vec![VirtualServerSnapshot {
                 name: "web".into(),
                 kind: "http".into(),

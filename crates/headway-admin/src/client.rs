@@ -207,6 +207,28 @@ impl Client {
         )
     }
 
+    /// `GET /api/v1/cache`: the integrated cache's groups and counters.
+    pub fn cache(&self) -> Result<crate::cache::CacheSnapshot, ClientError> {
+        self.json("GET", "/api/v1/cache", Body::None)
+    }
+
+    /// `GET /api/v1/cache` as the JSON the API sent.
+    pub fn cache_json(&self) -> Result<serde_json::Value, ClientError> {
+        self.json("GET", "/api/v1/cache", Body::None)
+    }
+
+    /// `POST /api/v1/cache/purge?…`: removes what the query names, at once.
+    pub fn purge_cache(
+        &self,
+        query: &crate::cache::PurgeQuery,
+    ) -> Result<crate::cache::PurgeReport, ClientError> {
+        self.json(
+            "POST",
+            &format!("/api/v1/cache/purge?{}", query.to_query()),
+            Body::None,
+        )
+    }
+
     /// `GET /api/v1/config`: the running config file's text.
     pub fn config_text(&self) -> Result<String, ClientError> {
         self.text("/api/v1/config")

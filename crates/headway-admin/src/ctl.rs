@@ -67,6 +67,15 @@ pub enum CtlCommand {
     /// Enable, disable or drain an ADC server.
     #[command(subcommand)]
     Server(AdcCommand),
+    /// The ADC's integrated cache: groups and counters, or a purge.
+    Cache {
+        /// `purge`; without one, the table.
+        #[command(subcommand)]
+        command: Option<CacheCommand>,
+        /// Print the API's JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show, replace or reload the running config.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -95,6 +104,29 @@ pub enum AdcCommand {
         group: String,
         /// The server's name.
         server: String,
+    },
+}
+
+/// `headway ctl cache …`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum CacheCommand {
+    /// Remove stored responses at once: one URL, a prefix, a group, or everything.
+    Purge {
+        /// One URL: its path and query (`/news/today?page=2`), every variant.
+        #[arg(long, conflicts_with_all = ["prefix", "group", "all"])]
+        url: Option<String>,
+        /// Every URL whose path starts with this (`/images/`).
+        #[arg(long, conflicts_with_all = ["group", "all"])]
+        prefix: Option<String>,
+        /// Only on this host (with --url or --prefix); default: every host.
+        #[arg(long)]
+        host: Option<String>,
+        /// A whole content group.
+        #[arg(long, conflicts_with = "all")]
+        group: Option<String>,
+        /// Everything.
+        #[arg(long)]
+        all: bool,
     },
 }
 
@@ -224,6 +256,44 @@ pub fn run_to(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as i64);
             crate::adc::write_certificates(out, &client.certificates()?, now)?;
+        }
+        CtlCommand::Cache {
+            command: None,
+            json: true,
+        } => {
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&client.cache_json()?)?
+            )?;
+        }
+        CtlCommand::Cache {
+            command: None,
+            json: false,
+        } => {
+            crate::cache::write_cache(out, &client.cache()?)?;
+        }
+        CtlCommand::Cache {
+            command:
+                Some(CacheCommand::Purge {
+                    url,
+                    prefix,
+                    host,
+                    group,
+                    all,
+                }),
+            ..
+        } => {
+            let q = crate::cache::PurgeQuery {
+                url,
+                prefix,
+                host,
+                group,
+                all: all.then_some(true),
+            };
+            q.purge().map_err(anyhow::Error::msg)?;
+            let r = client.purge_cache(&q)?;
+            writeln!(out, "purged {} object(s), {} bytes", r.objects, r.bytes)?;
         }
         CtlCommand::Server(cmd) => {
             let (group, server, state) = match &cmd {

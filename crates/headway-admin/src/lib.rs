@@ -36,6 +36,7 @@
 #![forbid(unsafe_code)]
 
 mod adc;
+mod cache;
 mod client;
 mod control;
 mod ctl;
@@ -47,10 +48,12 @@ pub use adc::{
     CertificateSnapshot, GroupSnapshot, ReloadReport, ServerSnapshot, SetServerRequest,
     TlsSnapshot, VirtualServerSnapshot,
 };
+pub use cache::{write_cache, CacheGroupSnapshot, CacheSnapshot, Purge, PurgeQuery, PurgeReport};
 pub use client::{Client, ClientError};
 pub use control::{LinkControl, LinkView, LinkViewJson, SetLinkRequest};
 pub use ctl::{
-    run, run_to, AdcCommand, ConfigCommand, CtlArgs, CtlCommand, LinkCommand, WanoptCommand,
+    run, run_to, AdcCommand, CacheCommand, ConfigCommand, CtlArgs, CtlCommand, LinkCommand,
+    WanoptCommand,
 };
 pub use server::{router, serve, AdminState, BODY_LIMIT, CONFIG_LIMIT, OPENMETRICS_CONTENT_TYPE};
 pub use wanopt::{

@@ -148,6 +148,8 @@ pub fn router(state: AdminState) -> Router {
         .route("/wanopt/stats", get(wanopt_stats))
         .route("/api/v1/adc", get(adc_snapshot))
         .route("/api/v1/certificates", get(certificates))
+        .route("/api/v1/cache", get(cache_snapshot))
+        .route("/api/v1/cache/purge", axum::routing::post(cache_purge))
         .route(
             "/api/v1/adc/groups/{group}/servers/{server}",
             get(adc_server).put(adc_set_server),
@@ -336,6 +338,38 @@ async fn certificates(State(state): State<AdminState>) -> Response {
     }
 }
 
+async fn cache_snapshot(State(state): State<AdminState>) -> Response {
+    match state.adc.as_ref().map(|a| a.snapshot().cache) {
+        Some(Some(c)) => Json(c).into_response(),
+        Some(None) => error(
+            StatusCode::NOT_FOUND,
+            "no cache is configured: add a [cache] section",
+        ),
+        None => no_adc(),
+    }
+}
+
+async fn cache_purge(
+    State(state): State<AdminState>,
+    query: Result<
+        axum::extract::Query<crate::cache::PurgeQuery>,
+        axum::extract::rejection::QueryRejection,
+    >,
+) -> Response {
+    let Some(adc) = &state.adc else {
+        return no_adc();
+    };
+    let purge = match query.map_err(|e| e.body_text()).and_then(|q| q.purge()) {
+        Ok(p) => p,
+        Err(m) => return error(StatusCode::BAD_REQUEST, m),
+    };
+    match adc.purge_cache(purge) {
+        Ok(r) => Json(r).into_response(),
+        Err((true, m)) => error(StatusCode::NOT_FOUND, m),
+        Err((false, m)) => error(StatusCode::BAD_REQUEST, m),
+    }
+}
+
 fn find_server(
     adc: &dyn AdcControl,
     group: &str,
@@ -469,7 +503,7 @@ async fn no_route(method: Method, uri: Uri) -> Response {
             "no route {method} {}; routes: GET /healthz, GET /metrics, GET /api/v1/links, \
              GET|PUT /api/v1/links/{{name}}, GET /api/v1/wanopt/stats, GET /api/v1/adc, \
              GET /api/v1/certificates, GET|PUT /api/v1/adc/groups/{{group}}/servers/{{server}}, GET|PUT /api/v1/config, \
-             POST /api/v1/config/reload",
+             POST /api/v1/config/reload, GET /api/v1/cache, POST /api/v1/cache/purge?url=|prefix=|group=|all=true[&host=]",
             uri.path()
         ),
     )

@@ -29,6 +29,10 @@ pub struct OriginArgs {
     /// a load balancer); none by default.
     #[arg(long)]
     pub name: Option<String>,
+    /// `/dynamic` requests served at once (an application server's worker pool); the others
+    /// wait. 0 = no limit.
+    #[arg(long, default_value_t = 0)]
+    pub dynamic_concurrency: usize,
     /// Runtime worker threads; default: one per CPU.
     #[arg(long)]
     pub workers: Option<usize>,
@@ -42,6 +46,7 @@ impl OriginArgs {
             latency: self.latency,
             cache_control: self.cache_control.clone(),
             name: self.name.clone(),
+            dynamic_concurrency: self.dynamic_concurrency,
         }
     }
 }

@@ -59,6 +59,9 @@ pub struct OriginConfig {
     /// This server's name, sent in an `X-Origin` header on every response, so a client behind
     /// a load balancer can tell which server answered. Default none (no header).
     pub name: Option<String>,
+    /// `/dynamic` requests served at once; the others wait (an application server's worker
+    /// pool). 0 = no limit. Default 0.
+    pub dynamic_concurrency: usize,
 }
 
 impl Default for OriginConfig {
@@ -68,6 +71,7 @@ impl Default for OriginConfig {
             latency: Duration::ZERO,
             cache_control: None,
             name: None,
+            dynamic_concurrency: 0,
         }
     }
 }
@@ -136,9 +140,15 @@ pub async fn serve(
 ) -> io::Result<()> {
     let local = listener.local_addr()?;
     tracing::info!(addr = %local, "origin listening");
+    let workers = match cfg.dynamic_concurrency {
+        0 => tokio::sync::Semaphore::MAX_PERMITS,
+        n => n,
+    };
     let state = Arc::new(State {
         cfg,
         cache: Mutex::new(HashMap::new()),
+        dynamic: std::sync::atomic::AtomicU64::new(0),
+        workers: tokio::sync::Semaphore::new(workers),
     });
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conns = JoinSet::new();
@@ -172,6 +182,10 @@ struct State {
     cfg: OriginConfig,
     /// Generated periods by `(kind, seed, period index)`.
     cache: Mutex<HashMap<(Kind, u64, u64), Bytes>>,
+    /// `/dynamic` requests answered so far.
+    dynamic: std::sync::atomic::AtomicU64,
+    /// `/dynamic`'s worker pool ([`OriginConfig::dynamic_concurrency`]).
+    workers: tokio::sync::Semaphore,
 }
 
 impl State {
@@ -232,6 +246,8 @@ async fn connection(
 async fn respond(state: &Arc<State>, req: Request<Incoming>) -> Response<Body> {
     let mut resp = if req.uri().path() == "/echo" {
         echo(state, req).await
+    } else if req.uri().path() == "/dynamic" {
+        dynamic(state, req).await
     } else {
         route(state, req).await
     };
@@ -291,7 +307,106 @@ async fn echo(state: &Arc<State>, req: Request<Incoming>) -> Response<Body> {
     r
 }
 
-/// Every route but `/echo`.
+/// `/dynamic`: a page made per request, as an application server makes one — after the latency
+/// (`?latency=`, else the server's), within the worker pool — whose body says which request it
+/// was and when it was made: `{"n":N,"time_ms":T,…}` (`n` counts this server's `/dynamic`
+/// requests, `time_ms` is Unix time in milliseconds), padded with spaces to `?size=`. It is
+/// `Cache-Control: private, no-cache` unless `?max_age=N` makes it `public, max-age=N`;
+/// `?etag=X` gives it `ETag: "X"` (and answers a matching `If-None-Match` with 304);
+/// `?set_cookie=1` adds `Set-Cookie`; `?vary=Name` adds `Vary: Name` and puts that request
+/// field's value in the body; `?status=N` answers with that status.
+async fn dynamic(state: &Arc<State>, req: Request<Incoming>) -> Response<Body> {
+    let q: HashMap<&str, &str> = req
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|p| p.split_once('='))
+        .collect();
+    let latency = match q.get("latency") {
+        Some(v) => match headway_core::units::parse_duration(v) {
+            Ok(d) => d,
+            Err(_) => return text(StatusCode::BAD_REQUEST, "bad latency\n"),
+        },
+        None => state.cfg.latency,
+    };
+    let Ok(_worker) = state.workers.acquire().await else {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n");
+    };
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let n = state
+        .dynamic
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        + 1;
+    let etag = q.get("etag").map(|e| format!("\"{e}\""));
+    if let (Some(etag), Some(inm)) = (&etag, req.headers().get(header::IF_NONE_MATCH)) {
+        if etag_matches(inm.to_str().unwrap_or(""), etag) {
+            let mut r = Response::new(Body::empty());
+            *r.status_mut() = StatusCode::NOT_MODIFIED;
+            set_owned(&mut r, header::ETAG, etag.clone());
+            return r;
+        }
+    }
+    let time_ms = headway_core::clock::wall_clock()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let vary = q.get("vary").copied();
+    let seen = vary
+        .and_then(|name| req.headers().get(name))
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let mut body = serde_json::json!({
+        "n": n,
+        "time_ms": time_ms,
+        "server": state.cfg.name,
+        "vary": seen,
+    })
+    .to_string();
+    let size: usize = q
+        .get("size")
+        .and_then(|s| s.parse::<headway_core::ByteSize>().ok())
+        .map_or(0, |b| usize::try_from(b.bytes()).unwrap_or(0).min(64 << 20));
+    if body.len() + 1 < size {
+        body.extend(std::iter::repeat_n(' ', size - body.len() - 1));
+    }
+    body.push('\n');
+    let status = q
+        .get("status")
+        .and_then(|s| s.parse::<u16>().ok())
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::OK);
+    let mut r = text(status, &body);
+    set(&mut r, header::CONTENT_TYPE, "application/json");
+    match q.get("max_age") {
+        Some(a) => set_owned(
+            &mut r,
+            header::CACHE_CONTROL,
+            format!("public, max-age={a}"),
+        ),
+        None => set(&mut r, header::CACHE_CONTROL, "private, no-cache"),
+    }
+    if let Some(e) = etag {
+        set_owned(&mut r, header::ETAG, e);
+    }
+    if q.get("set_cookie") == Some(&"1") {
+        set_owned(
+            &mut r,
+            header::SET_COOKIE,
+            format!("hw_session={n}; Path=/"),
+        );
+    }
+    if let Some(name) = vary {
+        set_owned(&mut r, header::VARY, name.to_string());
+    }
+    if req.method() == Method::HEAD {
+        *r.body_mut() = Body::empty();
+    }
+    r
+}
+
+/// Every route but `/echo` and `/dynamic`.
 async fn route(state: &Arc<State>, req: Request<Incoming>) -> Response<Body> {
     let head = req.method() == Method::HEAD;
     if req.method() != Method::GET && !head {

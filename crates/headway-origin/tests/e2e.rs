@@ -513,6 +513,7 @@ fn run_reports_address_in_use() {
         latency: Duration::ZERO,
         cache_control: None,
         name: None,
+        dynamic_concurrency: 0,
         workers: Some(1),
     };
     let err = headway_origin::run(args).unwrap_err();

@@ -37,6 +37,7 @@ use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
+use crate::cache::{Cache, Purge, PurgeError, PurgeReport};
 use crate::group::{Group, GroupState, ServerState};
 use crate::http::access_log::{LogError, Logger};
 use crate::http::route::Router;
@@ -109,6 +110,8 @@ struct Lasting {
     logs: Vec<Arc<Logger>>,
     /// TLS resumption state and counters of `https` virtual servers.
     tls: HashMap<String, Arc<Session>>,
+    /// The integrated cache: its objects and counters outlive a reload that keeps `[cache]`.
+    cache: Option<Arc<Cache>>,
 }
 
 /// One config generation.
@@ -119,6 +122,8 @@ struct Generation {
     virtual_servers: Vec<Arc<VsRuntime>>,
     /// The TLS termination of each virtual server (same order; `https` ones only).
     terminators: Vec<Option<Arc<Terminator>>>,
+    /// The integrated cache, configured for this generation when it is committed.
+    cache: Option<Arc<Cache>>,
     /// Dropping it stops the generation's monitors.
     _monitors: watch::Sender<()>,
 }
@@ -175,6 +180,7 @@ impl Proxy {
             groups: Vec::new(),
             virtual_servers: Vec::new(),
             terminators: Vec::new(),
+            cache: None,
             _monitors: watch::channel(()).0,
         };
         let proxy = Proxy {
@@ -266,6 +272,7 @@ impl Proxy {
             generation: g.number,
             reloads_failed: self.shared.reloads_failed.load(Ordering::Relaxed),
             certificates: crate::tls::certificates(&g.config),
+            cache: g.cache.as_ref().map(|c| c.snapshot()),
             virtual_servers: g
                 .virtual_servers
                 .iter()
@@ -326,6 +333,14 @@ impl Proxy {
         }
     }
 
+    /// Removes what `purge` names from the integrated cache, at once.
+    pub fn purge_cache(&self, purge: &Purge) -> Result<PurgeReport, PurgeError> {
+        match &self.shared.current.load().cache {
+            Some(c) => c.purge(purge),
+            None => Err(PurgeError::NoCache),
+        }
+    }
+
     /// Stops accepting everywhere, lets connections finish for up to `grace`, and returns.
     /// Connections still open after `grace` are cut when the runtime stops.
     pub async fn shutdown(&self, grace: Duration) {
@@ -372,6 +387,9 @@ impl Proxy {
             }
         }
         // Commit.
+        if let (Some(c), Some(cfg)) = (&generation.cache, &generation.config.cache) {
+            c.configure(cfg);
+        }
         let generation = Arc::new(generation);
         *sh.lasting.lock() = lasting;
         let mut listeners = sh.listeners.lock();
@@ -458,6 +476,12 @@ impl Proxy {
             next.tls.insert(v.name.clone(), session);
             terminators.push(Some(Arc::new(term)));
         }
+        // The cache carries over; a changed config is applied when the generation commits.
+        let cache = config.cache.as_ref().map(|c| match &old.cache {
+            Some(k) => k.clone(),
+            None => Cache::new(c),
+        });
+        next.cache = cache.clone();
         let mut groups: Vec<Arc<Group>> = Vec::with_capacity(config.groups.len());
         for (gi, g) in config.groups.iter().enumerate() {
             let connector = connectors.get(g.name.as_str()).cloned();
@@ -565,6 +589,7 @@ impl Proxy {
                 groups,
                 virtual_servers,
                 terminators,
+                cache,
                 _monitors: monitors,
             },
             next,

@@ -258,6 +258,9 @@ pub struct AdcSnapshot {
     /// The TLS certificates (`[[certificate]]`) and who uses them.
     #[serde(default)]
     pub certificates: Vec<CertificateSnapshot>,
+    /// The integrated cache (`[cache]`), if configured.
+    #[serde(default)]
+    pub cache: Option<crate::cache::CacheSnapshot>,
 }
 
 /// One virtual server.

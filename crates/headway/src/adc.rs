@@ -136,6 +136,15 @@ impl AdcControl for AdcHandle {
         )
     }
 
+    fn purge_cache(
+        &self,
+        purge: headway_admin::Purge,
+    ) -> Result<headway_admin::PurgeReport, (bool, String)> {
+        self.proxy
+            .purge_cache(&purge)
+            .map_err(|e| (true, e.to_string()))
+    }
+
     fn reload(&self) -> BoxFuture<Result<ReloadReport, String>> {
         let me = self.clone();
         Box::pin(async move {
