@@ -7,12 +7,13 @@ set -euo pipefail
 # flows through emulated links), iputils-ping (reachability checks), procps (sysctl), util-linux
 # (setpriv, for the unprivileged-path tests), wrk (HTTP load); for `headway bench adc`, the peers
 # it is measured against: haproxy, nginx with libnginx-mod-stream (NGINX's L4 `stream {}` module)
-# and nghttp2-client (h2load, the HTTP/2 load tool). openssl: the TLS tests' `openssl s_client`
+# and nghttp2-client (h2load, the HTTP/2 load tool); varnish, the cache `headway bench adc --cache`
+# is measured against. openssl: the TLS tests' `openssl s_client`
 # (SNI, resumption, refused versions and suites) and RSA test keys; curl and h2load also drive
 # HTTPS and HTTP/2 over TLS there. The proxy's TLS provider (aws-lc-rs) builds its C code with
 # build-essential's compiler alone on x86_64 Linux: no cmake, clang or nasm is needed.
 packages=(iproute2 nftables ethtool iperf3 iputils-ping procps util-linux wrk curl ca-certificates build-essential pkg-config
-  haproxy nginx libnginx-mod-stream nghttp2-client openssl)
+  haproxy nginx libnginx-mod-stream nghttp2-client varnish openssl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -24,10 +25,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# Debian starts the stock nginx and haproxy services on install (nginx then holds port 80). The
+# Debian starts the stock nginx, haproxy and varnish services on install (nginx then holds port
+# 80, varnish 6081). The
 # benchmark runs its own instances with its own config files, so stop and disable the services:
 # through systemd where it is the init system, else through the SysV scripts.
-for svc in nginx haproxy; do
+for svc in nginx haproxy varnish; do
   [ -e "/etc/init.d/$svc" ] || [ -e "/lib/systemd/system/$svc.service" ] || continue
   if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
     if systemctl is-active --quiet "$svc" || systemctl is-enabled --quiet "$svc" 2>/dev/null; then
