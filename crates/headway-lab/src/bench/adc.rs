@@ -29,6 +29,7 @@
 //! loopback connections reuse ports in TIME_WAIT, which is enough for the one-request-per-
 //! connection cells at the rates two cores reach.
 
+mod cache;
 mod config;
 pub(crate) mod load;
 pub(crate) mod procs;
@@ -90,6 +91,14 @@ pub struct AdcArgs {
     /// Where to write adc.md, adc.csv and the configs (adc-configs/).
     #[arg(long, default_value = "lab-out/bench")]
     pub out: PathBuf,
+    /// The F5 cache matrix instead: cache-hit requests/s and CPU through Headway's cache,
+    /// Varnish and NGINX proxy_cache, at the L7 tests and sizes (`adc-cache.md`).
+    #[arg(long, conflicts_with = "microcache")]
+    pub cache: bool,
+    /// The microcaching scenario instead: a 50 ms dynamic page from a 4-worker origin, with and
+    /// without a 1 s flash cache, beside NGINX's microcaching (`adc-microcache.md`).
+    #[arg(long)]
+    pub microcache: bool,
 }
 
 /// What a row of the matrix is measured through.
@@ -344,6 +353,12 @@ pub type Results = BTreeMap<(Cell, Target), Entry>;
 
 /// Runs the benchmark.
 pub fn run(args: AdcArgs) -> Result<()> {
+    if args.cache {
+        return cache::run_cache(&args);
+    }
+    if args.microcache {
+        return cache::run_microcache(&args);
+    }
     interrupt::install();
     let seconds = args
         .seconds
@@ -1169,6 +1184,8 @@ mod tests {
                 connections: 64,
                 streams: 10,
                 out: PathBuf::new(),
+                cache: false,
+                microcache: false,
             },
             tcp: "net.ipv4.tcp_tw_reuse = 2".into(),
             load: ("0.5 / 0.4 / 0.3".into(), "1.9 / 1.0 / 0.6".into()),
