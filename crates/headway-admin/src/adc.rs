@@ -20,6 +20,11 @@
 //! | `adc_server_active`, `adc_server_up` (1/0), `adc_server_enabled` (1 enabled, 0.5 draining, 0 disabled), `adc_server_reuse_ratio`, `adc_server_idle_connections` | `group`, `server` |
 //! | `adc_server_response_seconds` (histogram, time to response header) | `group`, `server` |
 //! | `adc_config_generation`, `adc_reloads_failed_total` | none |
+//! | `adc_compression_responses_total` | `virtual_server`, `codec` = `zstd` / `br` / `gzip` |
+//! | `adc_compression_bytes_total` (into and out of the compressor) | `virtual_server`, `codec`, `direction` = `in` / `out` |
+//! | `adc_compression_ratio` (bytes in / bytes out, all codecs) | `virtual_server` |
+//! | `adc_compression_bypassed_total`, `adc_compression_not_accepted_total` | `virtual_server` |
+//! | `adc_compression_bypass_engaged` (1/0), `adc_compression_cpu_utilisation` (0–1, the bypass's source) | `virtual_server` |
 //! | `adc_tls_handshakes_total` | `virtual_server`, `kind` = `full` / `resumed` |
 //! | `adc_tls_handshake_failures_total` | `virtual_server`, `reason` (see [`TlsSnapshot::failures`]) |
 //! | `adc_tls_versions_total` | `virtual_server`, `version` = `1.2` / `1.3` |
@@ -352,6 +357,7 @@ impl Collector for AdcCollector {
             "Config reloads refused",
             &[(vec![], s.reloads_failed)],
         )?;
+        compression_metrics(&mut enc, &s)?;
         tls_metrics(&mut enc, &s)?;
         crate::cache::metrics(&mut enc, &s)?;
         Ok(())
@@ -443,6 +449,83 @@ fn tls_metrics(enc: &mut DescriptorEncoder<'_>, s: &AdcSnapshot) -> Result<(), s
                 )
             })
             .collect::<Vec<_>>(),
+    )?;
+    Ok(())
+}
+
+/// The `adc_compression_*` families of the virtual servers that compress.
+fn compression_metrics(
+    enc: &mut DescriptorEncoder<'_>,
+    s: &AdcSnapshot,
+) -> Result<(), std::fmt::Error> {
+    let (mut responses, mut bytes, mut ratio, mut bypassed, mut refused) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut engaged, mut cpu) = (Vec::new(), Vec::new());
+    for v in &s.virtual_servers {
+        let Some(c) = &v.compression else {
+            continue;
+        };
+        let vs: Labels = vec![("virtual_server", v.name.clone())];
+        for k in &c.codecs {
+            let l = |extra: Option<(&'static str, &str)>| {
+                let mut l = vs.clone();
+                l.push(("codec", k.codec.clone()));
+                l.extend(extra.map(|(a, b)| (a, b.to_string())));
+                l
+            };
+            responses.push((l(None), k.responses));
+            bytes.push((l(Some(("direction", "in"))), k.bytes_in));
+            bytes.push((l(Some(("direction", "out"))), k.bytes_out));
+        }
+        ratio.push((vs.clone(), c.ratio().unwrap_or(0.0)));
+        bypassed.push((vs.clone(), c.bypassed));
+        refused.push((vs.clone(), c.not_accepted));
+        if let Some(b) = &c.bypass {
+            engaged.push((vs.clone(), if b.engaged { 1.0 } else { 0.0 }));
+            cpu.push((vs, b.utilisation));
+        }
+    }
+    counters(
+        enc,
+        "adc_compression_responses",
+        "Responses compressed, by codec",
+        &responses,
+    )?;
+    counters(
+        enc,
+        "adc_compression_bytes",
+        "Bytes into (uncompressed) and out of (compressed) the compressor",
+        &bytes,
+    )?;
+    gauges(
+        enc,
+        "adc_compression_ratio",
+        "Uncompressed over compressed bytes, all codecs (0 before any)",
+        &ratio,
+    )?;
+    counters(
+        enc,
+        "adc_compression_bypassed",
+        "Responses sent uncompressed because the CPU bypass was engaged",
+        &bypassed,
+    )?;
+    counters(
+        enc,
+        "adc_compression_not_accepted",
+        "Compressible responses to clients that accept none of the codecs",
+        &refused,
+    )?;
+    gauges(
+        enc,
+        "adc_compression_bypass_engaged",
+        "1 while the CPU bypass sends new responses uncompressed",
+        &engaged,
+    )?;
+    gauges(
+        enc,
+        "adc_compression_cpu_utilisation",
+        "CPU utilisation (0-1) the bypass last sampled, of its source (system or process)",
+        &cpu,
     )?;
     Ok(())
 }
@@ -637,28 +720,6 @@ pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
             ms(&v.latency, 0.5),
             ms(&v.latency, 0.99),
         ]);
-        if let Some(t) = &v.tls {
-            let failures: Vec<String> = t
-                .failures
-                .iter()
-                .filter(|(_, n)| *n > 0)
-                .map(|(r, n)| format!("{r} {n}"))
-                .collect();
-            rows.push(vec![format!(
-                "  tls: {} handshakes ({} resumed), TLS 1.3 {}, 1.2 {}, h2 {}, {} failed{}",
-                t.handshakes(),
-                t.handshakes_resumed,
-                t.tls13,
-                t.tls12,
-                t.alpn_h2,
-                t.failed(),
-                if failures.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", failures.join(", "))
-                }
-            )]);
-        }
         for (rule, group) in &v.rules {
             rows.push(vec![
                 format!("  rule {rule}"),
@@ -669,6 +730,33 @@ pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
         }
     }
     table(out, &rows)?;
+    // TLS handshakes of the https virtual servers, one line each (too wide for the table).
+    for v in &s.virtual_servers {
+        let Some(t) = &v.tls else { continue };
+        let failures: Vec<String> = t
+            .failures
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(r, n)| format!("{r} {n}"))
+            .collect();
+        writeln!(
+            out,
+            "{} tls: {} handshakes ({} resumed), TLS 1.3 {}, 1.2 {}, h2 {}, {} failed{}",
+            v.name,
+            t.handshakes(),
+            t.handshakes_resumed,
+            t.tls13,
+            t.tls12,
+            t.alpn_h2,
+            t.failed(),
+            if failures.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", failures.join(", "))
+            }
+        )?;
+    }
+    write_compression(out, s)?;
     for g in &s.groups {
         writeln!(out)?;
         writeln!(
@@ -721,6 +809,61 @@ pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
     Ok(())
 }
 
+/// One line per virtual server that compresses: per codec responses, bytes and ratio, then the
+/// CPU bypass.
+fn write_compression(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
+    let ratio = |i: u64, o: u64| {
+        if o > 0 {
+            format!("{:.2}×", i as f64 / o as f64)
+        } else {
+            "-".into()
+        }
+    };
+    for v in &s.virtual_servers {
+        let Some(c) = &v.compression else {
+            continue;
+        };
+        let codecs: Vec<String> = c
+            .codecs
+            .iter()
+            .map(|k| {
+                format!(
+                    "{} (level {}) {} responses, {} → {} bytes, {}",
+                    k.codec,
+                    k.level,
+                    k.responses,
+                    k.bytes_in,
+                    k.bytes_out,
+                    ratio(k.bytes_in, k.bytes_out)
+                )
+            })
+            .collect();
+        let bypass = match &c.bypass {
+            None => "CPU bypass off".to_string(),
+            Some(b) => format!(
+                "CPU ({}) {:.0}%, bypass {} (engages at {:.0}%, releases below {:.0}%; engaged {} times)",
+                b.source,
+                b.utilisation * 100.0,
+                if b.engaged { "ENGAGED" } else { "off" },
+                b.engage * 100.0,
+                b.release * 100.0,
+                b.engagements
+            ),
+        };
+        writeln!(out)?;
+        writeln!(
+            out,
+            "compression {}: {}; {} bypassed, {} to clients without a codec; {}",
+            v.name,
+            codecs.join("; "),
+            c.bypassed,
+            c.not_accepted,
+            bypass
+        )?;
+    }
+    Ok(())
+}
+
 /// Aligned columns.
 pub(crate) fn table(out: &mut dyn Write, rows: &[Vec<String>]) -> std::io::Result<()> {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
@@ -762,6 +905,7 @@ mod tests {
                     counts: vec![0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
                     sum_seconds: 0.008,
                 },
+                compression: Some(compression()),
                 tls: Some(TlsSnapshot {
                     handshakes_full: 4,
                     handshakes_resumed: 6,
@@ -800,6 +944,29 @@ mod tests {
                 }],
                 ..GroupSnapshot::default()
             }],
+        }
+    }
+
+    fn compression() -> headway_proxy::http::compress::CompressionSnapshot {
+        use headway_proxy::http::compress::{BypassSnapshot, CodecSnapshot, CompressionSnapshot};
+        CompressionSnapshot {
+            codecs: vec![CodecSnapshot {
+                codec: "gzip".into(),
+                level: 2,
+                responses: 4,
+                bytes_in: 3000,
+                bytes_out: 1000,
+            }],
+            not_accepted: 1,
+            bypassed: 7,
+            bypass: Some(BypassSnapshot {
+                source: "system".into(),
+                engage: 0.9,
+                release: 0.7,
+                utilisation: 0.95,
+                engaged: true,
+                engagements: 2,
+            }),
         }
     }
 
@@ -845,6 +1012,33 @@ mod tests {
         ] {
             assert!(text.contains(line), "`{line}` not in:\n{text}");
         }
+    }
+
+    #[test]
+    fn compression_shows_in_metrics_and_the_table() {
+        let mut r = prometheus_client::registry::Registry::with_prefix("headway");
+        r.register_collector(Box::new(AdcCollector::new(std::sync::Arc::new(Fixed))));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
+        for line in [
+            "headway_adc_compression_responses_total{virtual_server=\"web\",codec=\"gzip\"} 4",
+            "headway_adc_compression_bytes_total{virtual_server=\"web\",codec=\"gzip\",direction=\"out\"} 1000",
+            "headway_adc_compression_ratio{virtual_server=\"web\"} 3.0",
+            "headway_adc_compression_bypassed_total{virtual_server=\"web\"} 7",
+            "headway_adc_compression_bypass_engaged{virtual_server=\"web\"} 1.0",
+            "headway_adc_compression_cpu_utilisation{virtual_server=\"web\"} 0.95",
+        ] {
+            assert!(text.contains(line), "`{line}` not in:\n{text}");
+        }
+        let mut out = Vec::new();
+        write_adc(&mut out, &snapshot()).unwrap();
+        let table = String::from_utf8(out).unwrap();
+        assert!(
+            table.contains("compression web: gzip (level 2) 4 responses, 3000 → 1000 bytes, 3.00×"),
+            "{table}"
+        );
+        assert!(table.contains("7 bypassed"), "{table}");
+        assert!(table.contains("bypass ENGAGED (engages at 90%"), "{table}");
     }
 
     #[test]

@@ -58,5 +58,70 @@ fn link_model(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, link_model);
+/// The ADC's HTTP compression (`headway_proxy::http::compress::Encoder`) on the lab's HTML
+/// corpus at the F5 report's sizes (the 512 KiB page is the 64 KiB page repeated), per codec
+/// and level: MB/s of uncompressed input (criterion's throughput), and the ratio, printed once
+/// per case. Streamed as the proxy streams it: 16 KiB frames, then the end of the stream. This
+/// is how the default levels were chosen (`headway_config::compress::Codec::default_level`).
+fn compression(c: &mut Criterion) {
+    use headway_config::compress::Codec;
+    use headway_origin::corpus::{Document, Kind};
+    use headway_proxy::http::compress::{Encoder, Flush};
+
+    let cases: [(Codec, &[u32]); 3] = [
+        (Codec::Gzip, &[1, 2, 3, 4, 6]),
+        (Codec::Brotli, &[0, 1, 2, 3, 4, 5]),
+        (Codec::Zstd, &[1, 2, 3, 4, 6]),
+    ];
+    let pages: [(&str, Document); 4] = [
+        ("2KiB", Document::new(Kind::Html, 2 << 10, 1)),
+        ("8KiB", Document::new(Kind::Html, 8 << 10, 1)),
+        ("64KiB", Document::new(Kind::Html, 64 << 10, 1)),
+        (
+            "512KiB_repeated",
+            Document::new(Kind::Html, 512 << 10, 1).with_repeat(64 << 10),
+        ),
+    ];
+    let mut g = c.benchmark_group("compress");
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(2));
+    g.warm_up_time(Duration::from_millis(500));
+    for (size, doc) in pages {
+        let mut data = vec![0; doc.size() as usize];
+        doc.fill(0, &mut data);
+        g.throughput(Throughput::Bytes(data.len() as u64));
+        for (codec, levels) in cases {
+            for &level in levels {
+                let run = |e: &mut Encoder| {
+                    let mut out = bytes::BytesMut::new();
+                    let mut sent = 0;
+                    let mut frames = data.chunks(16 << 10).peekable();
+                    while let Some(f) = frames.next() {
+                        let last = frames.peek().is_none();
+                        let flush = if last { Flush::Finish } else { Flush::None };
+                        e.encode(f, flush, &mut out).expect("encodes");
+                        sent += out.split().len();
+                    }
+                    sent
+                };
+                let len = Some(data.len() as u64);
+                let mut e = Encoder::new(codec, level, len).expect("encoder");
+                let ratio = data.len() as f64 / run(&mut e) as f64;
+                eprintln!("compress/{size}/{codec}-{level}: ratio {ratio:.3}");
+                g.bench_function(format!("{size}/{codec}-{level}"), |b| {
+                    b.iter(|| {
+                        // The proxy reuses gzip and zstd encoders; brotli's are made anew.
+                        if !e.reset(len) {
+                            e = Encoder::new(codec, level, len).expect("encoder");
+                        }
+                        black_box(run(&mut e))
+                    })
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, link_model, compression);
 criterion_main!(benches);

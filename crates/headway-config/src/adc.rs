@@ -71,10 +71,10 @@ pub struct AdcConfig {
     /// The file's TCP profiles (`[[tcp_profile]]`), in file order; names unique. Virtual servers
     /// and groups hold their own resolved copy (presets included).
     pub tcp_profiles: Vec<crate::tcp::TcpProfile>,
-    /// The integrated HTTP cache (`[cache]`); `None` = nothing is cached.
-    pub cache: Option<crate::cache::CacheConfig>,
     /// The TLS certificates (`[[certificate]]`), in file order; names unique, files read.
     pub certificates: Vec<Certificate>,
+    /// The integrated HTTP cache (`[cache]`); `None` = nothing is cached.
+    pub cache: Option<crate::cache::CacheConfig>,
 }
 
 impl AdcConfig {
@@ -276,6 +276,8 @@ pub struct VirtualServer {
     pub backlog: u32,
     /// TLS termination: present exactly when `kind` is [`VirtualServerKind::Https`].
     pub tls: Option<VsTls>,
+    /// HTTP compression of responses; `None` = off (always `None` for `tcp`).
+    pub compression: Option<crate::compress::Compression>,
 }
 
 /// Layer 4 or layer 7.
@@ -1154,6 +1156,7 @@ fn virtual_server(
         not_for(&v.max_headers, http_only("max_headers"), origin)?;
         not_for(&v.request_headers, http_only("request_headers"), origin)?;
         not_for(&v.response_headers, http_only("response_headers"), origin)?;
+        not_for(&v.compression, http_only("compression"), origin)?;
         if v.http2.is_some()
             || v.x_forwarded_for.is_some()
             || v.x_forwarded_proto.is_some()
@@ -1267,6 +1270,7 @@ fn virtual_server(
         tcp_profile: None,
         backlog: crate::tcp::DEFAULT_BACKLOG,
         tls,
+        compression: crate::compress::compression(v.compression.as_ref(), &name, origin)?,
         name,
     })
 }

@@ -25,12 +25,13 @@
 //! | `[server_group.tls]` | TLS to the group's servers, verified against a CA ([`GroupTlsSection`]) |
 //! | `[[virtual_server]]` | an ADC listener, `http`, `https` or `tcp` ([`VirtualServerSection`]); repeatable |
 //! | `[virtual_server.tls]` | TLS termination of an `https` virtual server ([`VsTlsSection`]) |
+//! | `[virtual_server.compression]` | HTTP compression with CPU bypass ([`CompressionSection`]) |
 //! | `[[virtual_server.rule]]` | a content-switching rule ([`AdcRuleSection`]) |
 //! | `[[tcp_profile]]` | TCP settings for virtual servers and server groups ([`TcpProfileSection`]); repeatable |
+//! | `[[certificate]]` | a certificate chain and key for TLS ([`CertificateSection`]); repeatable |
 //! | `[cache]` | the ADC's integrated HTTP cache ([`CacheSection`]) |
 //! | `[[cache.group]]` | a content group: memory, object size, expiry, cookies ([`ContentGroupSection`]) |
 //! | `[[cache.policy]]` | which requests are cached in which group, first match wins ([`CachePolicySection`]) |
-//! | `[[certificate]]` | a certificate chain and key for TLS ([`CertificateSection`]); repeatable |
 //!
 //! Sections for the other roles (`[overlay]`, …) will be added here as those roles land. Until
 //! then any other top-level key or section is an error, so a misspelt or not-yet-supported
@@ -57,9 +58,9 @@ mod cache;
 pub use cache::{CachePolicySection, CacheSection, ContentGroupSection};
 mod tcp;
 pub use adc::{
-    CertificateSection, GroupTlsSection, HeaderMatchSection, HeaderRulesSection, MonitorSection,
-    PersistenceSection, RuleSection as AdcRuleSection, RuntimeSection, ServerGroupSection,
-    ServerSection, VirtualServerSection, VsTlsSection,
+    CertificateSection, CompressionSection, GroupTlsSection, HeaderMatchSection,
+    HeaderRulesSection, MonitorSection, PersistenceSection, RuleSection as AdcRuleSection,
+    RuntimeSection, ServerGroupSection, ServerSection, VirtualServerSection, VsTlsSection,
 };
 pub use tcp::TcpProfileSection;
 
@@ -90,11 +91,11 @@ pub struct ConfigFile {
     /// none (the built-in presets need no section).
     #[serde(default)]
     pub tcp_profile: Vec<TcpProfileSection>,
-    /// The ADC's integrated HTTP cache (`[cache]`). Default: none (nothing is cached).
-    pub cache: Option<Spanned<CacheSection>>,
     /// TLS certificates and keys of the ADC (`[[certificate]]`). Default: none.
     #[serde(default)]
     pub certificate: Vec<CertificateSection>,
+    /// The ADC's integrated HTTP cache (`[cache]`). Default: none (nothing is cached).
+    pub cache: Option<Spanned<CacheSection>>,
     /// Where the file came from, to turn spans into line and column.
     #[serde(skip)]
     pub(crate) origin: Origin,

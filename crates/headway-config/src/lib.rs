@@ -37,15 +37,17 @@
 //! | `config` | [`Config`], the conversion and the checks of `[admin]` and `[[link]]` |
 //! | [`wanopt`] | [`WanoptConfig`] and the checks of `[wanopt]` (peers, services, interception, files) |
 //! | [`adc`] | [`AdcConfig`], [`RuntimeConfig`] and the checks of `[runtime]`, `[[monitor]]`, `[[server_group]]`, `[[virtual_server]]` |
-//! | [`tcp`] | [`TcpProfile`]s: the checks of `[[tcp_profile]]`, the built-in presets of seed 003, route options |
-//! | [`cache`] | [`cache::CacheConfig`]: the checks of `[cache]` (content groups, policies, memory limits) |
 //! | [`tls`] | the ADC's TLS material: `[[certificate]]` files read and checked, CA bundles, `tls` subsections |
+//! | [`tcp`] | [`TcpProfile`]s: the checks of `[[tcp_profile]]`, the built-in presets of seed 003, route options |
+//! | [`compress`] | [`compress::Compression`]: the checks of `[virtual_server.compression]` (codecs, types, levels, CPU bypass) |
+//! | [`cache`] | [`cache::CacheConfig`]: the checks of `[cache]` (content groups, policies, memory limits) |
 //! | [`spec`] | the link spec syntax ([`LinkSpec`]) |
 //! | `suggest` | did-you-mean suggestions |
 #![forbid(unsafe_code)]
 
 pub mod adc;
 pub mod cache;
+pub mod compress;
 mod config;
 pub mod file;
 pub mod spec;

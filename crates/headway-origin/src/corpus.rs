@@ -160,13 +160,18 @@ impl FromStr for Kind {
 }
 
 /// The document `(kind, size, seed)`: the first `size` bytes of the `(kind, seed)` stream,
-/// with an optional [`Edit`] laid over them.
+/// with an optional [`Edit`] laid over them. With a *repeat* of `r` bytes
+/// ([`Document::with_repeat`]) the document is instead the stream's first `r` bytes over and over
+/// (byte `o` is stream byte `o mod r`), as the F5 report's 512 KB page was its 64 KB page
+/// repeated; an edit is laid over the repeated bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Document {
     kind: Kind,
     size: u64,
     seed: u64,
     edit: Option<Edit>,
+    /// Repeat the stream's first this many bytes; 0 = no repeat.
+    repeat: u64,
 }
 
 impl Document {
@@ -177,6 +182,29 @@ impl Document {
             size,
             seed,
             edit: None,
+            repeat: 0,
+        }
+    }
+
+    /// This document as the stream's first `repeat` bytes repeated up to its size (0: not
+    /// repeated; a repeat at least as long as the document changes nothing but the ETag).
+    pub const fn with_repeat(self, repeat: u64) -> Self {
+        Self { repeat, ..self }
+    }
+
+    /// The repeat length, 0 when not repeated.
+    pub const fn repeat(&self) -> u64 {
+        self.repeat
+    }
+
+    /// The stream offset that byte `offset` of the document comes from, and how many bytes
+    /// from there on are consecutive in the stream (up to the end of the repeat).
+    pub const fn source(&self, offset: u64) -> (u64, u64) {
+        if self.repeat == 0 {
+            (offset, u64::MAX)
+        } else {
+            let within = offset % self.repeat;
+            (within, self.repeat - within)
         }
     }
 
@@ -213,8 +241,13 @@ impl Document {
             .edit
             .map(|e| format!("-e{}.{}", e.ppm(), e.seed()))
             .unwrap_or_default();
+        let repeat = if self.repeat > 0 {
+            format!("-r{}", self.repeat)
+        } else {
+            String::new()
+        };
         format!(
-            "\"hw{}-{}-{}-{}{edit}\"",
+            "\"hw{}-{}-{}-{}{repeat}{edit}\"",
             GENERATION,
             self.kind.as_str(),
             self.size,
@@ -241,7 +274,13 @@ impl Document {
     pub fn fill_with(&self, patches: &Patches, offset: u64, buf: &mut [u8]) -> usize {
         let left = self.size.saturating_sub(offset);
         let n = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
-        fill(self.kind, self.seed, offset, &mut buf[..n]);
+        let mut done = 0;
+        while done < n {
+            let (src, run) = self.source(offset + done as u64);
+            let m = usize::try_from(run).unwrap_or(usize::MAX).min(n - done);
+            fill(self.kind, self.seed, src, &mut buf[done..done + m]);
+            done += m;
+        }
         patches.apply(offset, &mut buf[..n]);
         n
     }

@@ -36,6 +36,7 @@
 //! | `?seed=N` | the stream's seed (default 1; for `/files` it replaces the file's own seed) |
 //! | `?latency=50ms` | delay before the response headers, replacing the server-wide [`OriginConfig::latency`] |
 //! | `?edit=1%` (`1%25`, `1`; 0–100, up to four decimals) and `&edit_seed=N` (default 1) | the document with that share of its bytes replaced by deterministic random 64-byte patches at deterministic random places ([`corpus::Edit`]); `edit=0` is no edit. Ranges, `ETag` (it differs from the unedited one) and SHA-256 ([`Document::sha256`] of `doc.with_edit(..)`) cover the edit |
+//! | `?repeat=64KiB` (a size; 0 = none) | the stream's first that many bytes repeated up to the document's size, as the F5 report's 512 KB page was its 64 KB page repeated ([`Document::with_repeat`]); its own `ETag` |
 //!
 //! Other parameters are ignored. Bad parameters get 400 (`edit=200%`, `edit=abc`), other
 //! methods than GET and HEAD 405, and requests hyper cannot parse 400 (the connection is then

@@ -55,6 +55,9 @@ pub enum RouteError {
     /// `?edit=` is not a percentage from 0 to 100 with at most four decimals.
     #[error("bad edit `{0}` (a percentage from 0 to 100, e.g. 1%, 0.1%, 5)")]
     Edit(String),
+    /// `?repeat=` is not a size.
+    #[error("bad repeat `{0}` (a size such as 64KiB; 0 for none)")]
+    Repeat(String),
     /// `?edit_seed=` is not an unsigned 64-bit integer.
     #[error("bad edit_seed `{0}` (an unsigned integer)")]
     EditSeed(String),
@@ -115,6 +118,8 @@ struct Query {
     /// `edit`, parts per million.
     edit: Option<u32>,
     edit_seed: Option<u64>,
+    /// `repeat`, bytes.
+    repeat: Option<u64>,
 }
 
 impl Query {
@@ -134,6 +139,10 @@ impl Query {
                     q.edit =
                         Some(Edit::parse_share(v).ok_or_else(|| RouteError::Edit(v.to_owned()))?);
                 }
+                "repeat" => {
+                    let n: ByteSize = v.parse().map_err(|_| RouteError::Repeat(v.to_owned()))?;
+                    q.repeat = Some(n.bytes());
+                }
                 "edit_seed" => {
                     q.edit_seed = Some(v.parse().map_err(|_| RouteError::EditSeed(v.to_owned()))?);
                 }
@@ -143,7 +152,7 @@ impl Query {
         Ok(q)
     }
 
-    /// The document route for `doc` with this query's edit and latency. `edit=0` is no edit;
+    /// The document route for `doc` with this query's repeat, edit and latency. `edit=0` is no edit;
     /// `edit_seed` without `edit` is ignored.
     fn document(&self, doc: Document) -> Result<Route, RouteError> {
         let edit = self
@@ -157,7 +166,7 @@ impl Query {
             }
         }
         Ok(Route::Document {
-            doc: doc.with_edit(edit),
+            doc: doc.with_repeat(self.repeat.unwrap_or(0)).with_edit(edit),
             latency: self.latency,
         })
     }
@@ -286,6 +295,35 @@ mod tests {
             Route::parse("/corpus/doc/1", Some("latency=soon")),
             Err(RouteError::Latency(_))
         ));
+    }
+
+    #[test]
+    fn repeated_documents() {
+        assert_eq!(
+            Route::parse("/corpus/html/512KiB", Some("repeat=64KiB")),
+            Ok(Route::Document {
+                doc: Document::new(Kind::Html, 512 << 10, 1).with_repeat(64 << 10),
+                latency: None
+            })
+        );
+        assert!(matches!(
+            Route::parse("/corpus/html/1", Some("repeat=lots")),
+            Err(RouteError::Repeat(_))
+        ));
+        let d = Document::new(Kind::Html, 10_000, 3).with_repeat(4096);
+        let mut whole = vec![0; 10_000];
+        assert_eq!(d.fill(0, &mut whole), 10_000);
+        let mut first = vec![0; 4096];
+        Document::new(Kind::Html, 4096, 3).fill(0, &mut first);
+        assert_eq!(&whole[..4096], &first[..]);
+        assert_eq!(&whole[4096..8192], &first[..]);
+        assert_eq!(&whole[8192..], &first[..10_000 - 8192]);
+        // Any window agrees with the whole.
+        let mut w = vec![0; 3000];
+        d.fill(3000, &mut w);
+        assert_eq!(w, whole[3000..6000]);
+        assert_ne!(d.etag(), Document::new(Kind::Html, 10_000, 3).etag());
+        assert!(d.etag().contains("-r4096"));
     }
 
     #[test]

@@ -631,7 +631,8 @@ impl DocumentBody {
         if self.next >= self.end {
             return None;
         }
-        let index = self.next / PERIOD as u64;
+        let (src, run) = self.doc.source(self.next);
+        let index = src / PERIOD as u64;
         let bytes = match &self.period {
             Some((i, b)) if *i == index => b.clone(),
             _ => {
@@ -640,8 +641,8 @@ impl DocumentBody {
                 b
             }
         };
-        let within = (self.next % PERIOD as u64) as usize;
-        let left = usize::try_from(self.end - self.next).unwrap_or(usize::MAX);
+        let within = (src % PERIOD as u64) as usize;
+        let left = usize::try_from((self.end - self.next).min(run)).unwrap_or(usize::MAX);
         let n = CHUNK.min(PERIOD - within).min(left);
         let offset = self.next;
         self.next += n as u64;

@@ -19,10 +19,10 @@
 //!   start-up check of what the host honours;
 //! - [`listen`]: flood defense at the listener (SYN cookies and backlog checks, a first-byte
 //!   deadline for clients that connect and say nothing);
-//! - [`cache`]: the integrated HTTP cache (RFC 9111, content groups and policies, request
-//!   coalescing, the flash cache, purges);
 //! - [`tls`]: TLS termination of `https` virtual servers (SNI, resumption, ALPN, client
 //!   certificates) and TLS to servers;
+//! - [`cache`]: the integrated HTTP cache (RFC 9111, content groups and policies, request
+//!   coalescing, the flash cache, purges);
 //! - [`stats`]: the counters and the snapshot types.
 //!
 //! It does not parse or validate configuration (it takes [`headway_config::AdcConfig`] as

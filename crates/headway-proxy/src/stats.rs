@@ -294,6 +294,9 @@ pub struct VirtualServerSnapshot {
     pub bytes_in: u64,
     /// Bytes to clients.
     pub bytes_out: u64,
+    /// HTTP compression; `None` when the virtual server does not compress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<crate::http::compress::CompressionSnapshot>,
     /// Request latency.
     pub latency: HistogramSnapshot,
     /// TLS handshakes (`https` virtual servers only).

@@ -22,6 +22,10 @@ use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+/// HTTP compression and its CPU bypass.
+#[path = "adc/compression.rs"]
+mod compression;
+
 /// TCP profiles on the proxy's live sockets, and flood defense.
 #[path = "adc/tcp_profile.rs"]
 mod tcp_profile;

@@ -217,6 +217,9 @@ pub struct VirtualServerSection {
     /// HTTPS: TLS termination (`[virtual_server.tls]`): certificates, versions, resumption,
     /// client certificates. Required for `https`, refused for the other kinds.
     pub tls: Option<Spanned<VsTlsSection>>,
+    /// HTTP: compress responses for clients that accept it (`[virtual_server.compression]`).
+    /// Default: none (responses pass as the servers send them).
+    pub compression: Option<Spanned<CompressionSection>>,
     /// HTTP: content-switching rules (`[[virtual_server.rule]]`), first match wins. Default:
     /// none (every request goes to `group`).
     #[serde(default)]
@@ -297,6 +300,62 @@ pub struct GroupTlsSection {
     pub min_version: Option<Spanned<String>>,
     /// A `[[certificate]]` presented to servers that ask for a client certificate. Default: none.
     pub certificate: Option<Spanned<String>>,
+}
+
+/// `[virtual_server.compression]`: HTTP compression of server responses (gzip, brotli, zstd),
+/// streamed as the body arrives, never buffered whole. The codec is the best one in `codecs`
+/// that the client's `Accept-Encoding` accepts (highest q-value first, then this order). A
+/// response is left as it is when it is already encoded (`Content-Encoding`), a range (206 or
+/// `Content-Range`), marked `Cache-Control: no-transform`, has no body (HEAD, 204, 304), is not
+/// of one of `types`, or is smaller than `min_size`; image (except SVG), audio and video types
+/// are never compressed. A compressed response loses `Content-Length` and `Accept-Ranges`, gets
+/// `Content-Encoding`, and its strong `ETag` becomes weak (`W/"…"`); every response whose
+/// encoding depends on `Accept-Encoding` gets `Vary: Accept-Encoding`. Above `cpu_bypass`
+/// utilisation new responses go uncompressed until it falls below `cpu_release` (NetScaler's
+/// compression bypass; AOL set 20 %).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompressionSection {
+    /// Compress at all; `false` keeps the section but switches compression off. Default: true.
+    pub enabled: Option<bool>,
+    /// The codecs offered, best first: `"zstd"`, `"br"` (brotli) and `"gzip"`, each at most
+    /// once. Default: `["zstd", "br", "gzip"]`: zstd (Chrome, Firefox) compresses HTML as well
+    /// as gzip at about three times its speed, and repeated content far better (its window is
+    /// not gzip's 32 KiB); brotli (Safari) compresses better than gzip at about its speed; gzip
+    /// is what every client takes.
+    pub codecs: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Media types compressed, as prefixes of the response's `Content-Type` (without
+    /// parameters, case-insensitive): `"text/"` (or `"text/*"`) is every text type. Default:
+    /// `text/`, `application/json`, `application/javascript`, `application/x-javascript`,
+    /// `application/xml`, `application/xhtml+xml`, `application/rss+xml`,
+    /// `application/atom+xml`, `application/ld+json`, `application/manifest+json`,
+    /// `application/wasm`, `application/vnd.ms-fontobject`, `font/ttf`, `font/otf`,
+    /// `image/svg+xml`.
+    pub types: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Responses whose `Content-Length` is below this stay uncompressed (`"1KiB"`); responses
+    /// of unknown length are compressed. Default: `"1KiB"` (a smaller body fits in one packet
+    /// either way).
+    pub min_size: Option<Spanned<ByteSize>>,
+    /// gzip level, 1 (fastest) to 9 (smallest). Default: 2 (zlib-rs's level 1 is much weaker;
+    /// level 2 compresses HTML at least as well as zlib's level 1, NGINX's default).
+    pub gzip_level: Option<Spanned<u32>>,
+    /// Brotli quality, 0 (fastest) to 11 (smallest); above 4 a response costs far more CPU,
+    /// small ones most. Default: 2.
+    pub brotli_level: Option<Spanned<u32>>,
+    /// zstd level, 1 (fastest) to 19 (smallest; the window stays within the 8 MiB that HTTP's
+    /// `zstd` coding allows, RFC 9659). Default: 2.
+    pub zstd_level: Option<Spanned<u32>>,
+    /// CPU utilisation at or above which new responses go uncompressed (`"90%"`), or `"off"`.
+    /// Default: `"90%"`.
+    pub cpu_bypass: Option<Spanned<String>>,
+    /// CPU utilisation below which compression resumes after a bypass (`"70%"`); below
+    /// `cpu_bypass`. Default: 20 points below `cpu_bypass`, or half of it when that is lower
+    /// (`"90%"` → `"70%"`, `"20%"` → `"10%"`).
+    pub cpu_release: Option<Spanned<String>>,
+    /// Whose CPU: `"system"` (all CPUs of the machine, from `/proc/stat`) or `"process"`
+    /// (Headway's own CPU time as a share of all CPUs, from `/proc/self/stat`), sampled every
+    /// 250 ms. Default: `"system"`.
+    pub cpu_source: Option<Spanned<String>>,
 }
 
 /// `[virtual_server.request_headers]` / `[virtual_server.response_headers]`.

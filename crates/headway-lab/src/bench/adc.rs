@@ -28,8 +28,13 @@
 //! `--out/adc-configs/`). No system setting is changed: Linux's default `tcp_tw_reuse = 2` lets
 //! loopback connections reuse ports in TIME_WAIT, which is enough for the one-request-per-
 //! connection cells at the rates two cores reach.
+//!
+//! `--compression` runs the compression matrix instead ([`compression`]): HTML at the seed's
+//! sizes through each proxy's gzip (and Headway's negotiated codec), with throughput, CPU per
+//! request and the ratio beside the seed's ratio table.
 
 mod cache;
+pub mod compression;
 mod config;
 pub(crate) mod load;
 pub(crate) mod procs;
@@ -99,6 +104,11 @@ pub struct AdcArgs {
     /// without a 1 s flash cache, beside NGINX's microcaching (`adc-microcache.md`).
     #[arg(long)]
     pub microcache: bool,
+    /// Measure HTTP compression instead of the F5 matrix: HTML at 128 B … 512 KiB through
+    /// HAProxy's and NGINX's gzip and Headway's, keep-alive, with the compression ratio beside
+    /// seed 002's (`compression.md`, `compression.csv`). `--tests` does not apply.
+    #[arg(long)]
+    pub compression: bool,
 }
 
 /// What a row of the matrix is measured through.
@@ -358,6 +368,9 @@ pub fn run(args: AdcArgs) -> Result<()> {
     }
     if args.microcache {
         return cache::run_microcache(&args);
+    }
+    if args.compression {
+        return compression::run(args);
     }
     interrupt::install();
     let seconds = args
@@ -644,8 +657,30 @@ fn start_proxy(
         Target::Headway => ("headway.toml", config::headway(origin, workers, l)),
         Target::Origin => bail!("the origin is not a proxy"),
     };
+    let ends = Ends {
+        l7: l.l7,
+        l4: l.l4,
+        h2: Some(l.h2.unwrap_or(l.l7)),
+    };
+    let mut addrs = vec![l.l7, l.l4];
+    addrs.extend(l.h2);
+    let instance = launch(target, ends, &addrs, file, &text, dir, exe)?;
+    Ok((instance, (file.to_string(), text)))
+}
+
+/// Writes `target`'s config `text` to `dir/file`, starts it and waits until it listens on
+/// `addrs`; a failure to start is an instance with `failure` set (only an interrupt is an error).
+fn launch(
+    target: Target,
+    ends: Ends,
+    addrs: &[SocketAddr],
+    file: &str,
+    text: &str,
+    dir: &Path,
+    exe: &str,
+) -> Result<Instance> {
     let path = dir.join(file);
-    std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     let path_s = path.display().to_string();
     let (argv, ready): (Vec<String>, Option<&str>) = match target {
         Target::Haproxy => (
@@ -667,17 +702,10 @@ fn start_proxy(
             Some("ready"),
         ),
     };
-    let ends = Ends {
-        l7: l.l7,
-        l4: l.l4,
-        h2: Some(l.h2.unwrap_or(l.l7)),
-    };
-    let mut addrs = vec![l.l7, l.l4];
-    addrs.extend(l.h2);
     let started = Proc::spawn(&argv, &dir.join(format!("{}.log", target.key())))
         .map_err(|e| format!("failed to start: {e:#}"))
         .and_then(
-            |mut p| match p.wait_ready(ready, &addrs, Duration::from_secs(15)) {
+            |mut p| match p.wait_ready(ready, addrs, Duration::from_secs(15)) {
                 Ok(()) => Ok(Ok(p)),
                 Err(e) if is_interrupt(&e) => Ok(Err(e)),
                 Err(e) => Err(format!("failed to start: {e}: {}", p.log_tail(6))),
@@ -688,15 +716,12 @@ fn start_proxy(
         Ok(Err(interrupted)) => return Err(interrupted),
         Err(why) => (None, Some(why)),
     };
-    Ok((
-        Instance {
-            target,
-            ends,
-            proc,
-            failure,
-        },
-        (file.to_string(), text),
-    ))
+    Ok(Instance {
+        target,
+        ends,
+        proc,
+        failure,
+    })
 }
 
 /// Debian's dynamic NGINX stream module (libnginx-mod-stream).
@@ -1186,6 +1211,7 @@ mod tests {
                 out: PathBuf::new(),
                 cache: false,
                 microcache: false,
+                compression: false,
             },
             tcp: "net.ipv4.tcp_tw_reuse = 2".into(),
             load: ("0.5 / 0.4 / 0.3".into(), "1.9 / 1.0 / 0.6".into()),

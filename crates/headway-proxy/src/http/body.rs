@@ -7,6 +7,12 @@
 //! at the end of the body (the server connection goes back to the pool), on an error, or when
 //! hyper drops the body early (the client went away: the server connection is closed, never
 //! reused half-read).
+//!
+//! A body may carry a compression [`Stage`] (attached with [`RespBody::compressed`]): the
+//! server's payload frames then go through it, and what the client gets is its output. The
+//! exchange still ends when the server's body does (the connection goes back to the pool while
+//! the encoder's last bytes are sent) and counts the server's (uncompressed) bytes; the stage
+//! counts the compressed ones.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -20,6 +26,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use crate::group::Lease;
 use crate::http::access_log::{Entry, Logger};
 use crate::http::codec::{self, Decoder, Step};
+use crate::http::compress::{EncodeError, Stage};
 use crate::http::ConnActivity;
 use crate::stats::VirtualServerCounters;
 use crate::upstream::Conn;
@@ -37,6 +44,9 @@ pub enum BodyError {
     /// The body's framing was malformed.
     #[error(transparent)]
     Framing(#[from] codec::ParseError),
+    /// Compressing the body failed (internal).
+    #[error("compressing the response body failed: {0}")]
+    Compress(#[from] EncodeError),
 }
 
 /// What ends with a response: the server slot, counters and the log.
@@ -94,6 +104,8 @@ pub struct RespBody {
     inner: Inner,
     exchange: Option<Exchange>,
     bytes: u64,
+    /// The compressor the payload goes through, if any.
+    stage: Option<Box<Stage>>,
 }
 
 impl std::fmt::Debug for RespBody {
@@ -111,6 +123,7 @@ impl RespBody {
             inner: Inner::Full(Some(data.into())),
             exchange,
             bytes: 0,
+            stage: None,
         }
     }
 
@@ -123,12 +136,87 @@ impl RespBody {
             },
             exchange: Some(exchange),
             bytes: 0,
+            stage: None,
         };
         // A body that is already complete (HEAD, 204, 304, `Content-Length: 0`) ends now.
         if b.is_end_stream() {
             b.finish(true);
         }
         b
+    }
+
+    /// This body with its payload compressed by `stage` (if any). The body must not have
+    /// ended yet (the policy never compresses an empty body).
+    pub fn compressed(mut self, stage: Option<Box<Stage>>) -> Self {
+        self.stage = stage;
+        self
+    }
+
+    /// Whether the server's body has been read to its end.
+    fn source_done(&self) -> bool {
+        match &self.inner {
+            Inner::Full(d) => d.as_ref().is_none_or(Bytes::is_empty),
+            Inner::Upstream { decoder, conn } => decoder.is_done() || conn.is_none(),
+        }
+    }
+
+    /// `poll_frame` with a compression stage: payload frames in, compressed frames out.
+    fn poll_compressed(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, BodyError>>> {
+        loop {
+            let Some(stage) = self.stage.as_deref() else {
+                return Poll::Ready(None);
+            };
+            if stage.is_done() {
+                return Poll::Ready(None);
+            }
+            let polled = match &mut self.inner {
+                Inner::Full(data) => Poll::Ready(data.take().map(Ok)),
+                Inner::Upstream { .. } => self.poll_upstream(cx),
+            };
+            let source_done = self.source_done();
+            let stage = self.stage.as_deref_mut().expect("checked above");
+            let out = match polled {
+                Poll::Pending => match stage.flush() {
+                    // The server paused: what the encoder holds goes out now.
+                    Ok(Some(out)) => Ok(out),
+                    Ok(None) => return Poll::Pending,
+                    Err(e) => Err(e),
+                },
+                Poll::Ready(Some(Ok(d))) => {
+                    self.bytes += d.len() as u64;
+                    if source_done {
+                        // The server's last bytes: end the exchange at once (the connection
+                        // goes back to the pool), then the stream's end.
+                        let out = stage.finish(&d);
+                        self.finish(true);
+                        out
+                    } else {
+                        match stage.push(&d) {
+                            Ok(Some(out)) => Ok(out),
+                            Ok(None) => continue,
+                            Err(e) => Err(e),
+                        }
+                    }
+                }
+                Poll::Ready(None) => {
+                    let out = stage.finish(&[]);
+                    self.finish(true);
+                    out
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    self.finish(false);
+                    return Poll::Ready(Some(Err(e)));
+                }
+            };
+            return match out {
+                Ok(out) if out.is_empty() => continue,
+                Ok(out) => Poll::Ready(Some(Ok(out))),
+                Err(e) => {
+                    self.finish(false);
+                    Poll::Ready(Some(Err(e.into())))
+                }
+            };
+        }
     }
 
     fn finish(&mut self, complete: bool) {
@@ -195,6 +283,11 @@ impl Body for RespBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let me = self.get_mut();
+        if me.stage.is_some() {
+            return me
+                .poll_compressed(cx)
+                .map(|o| o.map(|r| r.map(Frame::data)));
+        }
         let polled = match &mut me.inner {
             Inner::Full(data) => data.take().map(Ok),
             Inner::Upstream { .. } => ready!(me.poll_upstream(cx)),
@@ -221,13 +314,16 @@ impl Body for RespBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        match &self.inner {
-            Inner::Full(d) => d.as_ref().is_none_or(Bytes::is_empty),
-            Inner::Upstream { decoder, conn } => decoder.is_done() || conn.is_none(),
+        match &self.stage {
+            Some(stage) => stage.is_done(),
+            None => self.source_done(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
+        if self.stage.is_some() {
+            return SizeHint::default();
+        }
         match &self.inner {
             Inner::Full(d) => SizeHint::with_exact(d.as_ref().map_or(0, |d| d.len() as u64)),
             Inner::Upstream { decoder, .. } => match decoder.remaining() {

@@ -10,7 +10,8 @@
 //!   4 upstream  pooled keep-alive connection · send · response header within the timeout
 //!               retry elsewhere on connect failure (any method) or a reset before any
 //!               response byte (idempotent, bodiless requests), up to `retries` (502/503/504)
-//!   5 respond   hop-by-hop fields out · response header rules · persistence cookie
+//!   5 respond   hop-by-hop fields out · response header rules · compression decided
+//!               (`Accept-Encoding` read before 4; [`compress`]) · persistence cookie
 //!   6 finish    at the end of the response body: connection back to the pool, slot released,
 //!               counters, access log ([`body::Exchange`])
 //! ```
@@ -21,6 +22,7 @@
 pub mod access_log;
 pub mod body;
 pub mod codec;
+pub mod compress;
 pub mod framing;
 pub mod headers;
 pub mod route;
@@ -57,6 +59,8 @@ pub struct VsShared {
     pub counters: Arc<VirtualServerCounters>,
     /// Per-client limits.
     pub limits: Arc<ClientLimits>,
+    /// Compression counters.
+    pub compression: Arc<compress::Counters>,
 }
 
 /// A virtual server in one config generation (HTTP or TCP).
@@ -72,6 +76,7 @@ pub struct VsRuntime {
     pub log: Option<Arc<Logger>>,
     request_rules: Rules,
     response_rules: Rules,
+    compression: Option<compress::Policy>,
 }
 
 impl VsRuntime {
@@ -88,11 +93,22 @@ impl VsRuntime {
         VsRuntime {
             request_rules: Rules::new(&config.request_headers),
             response_rules: Rules::new(&config.response_headers),
+            compression: config
+                .compression
+                .as_ref()
+                .map(|c| compress::Policy::new(c, shared.compression.clone())),
             config,
             router,
             shared,
             log,
         }
+    }
+}
+
+impl VsRuntime {
+    /// Compression counters and bypass state; `None` when the virtual server does not compress.
+    pub fn compression_snapshot(&self) -> Option<compress::CompressionSnapshot> {
+        self.compression.as_ref().map(compress::Policy::snapshot)
     }
 }
 
@@ -674,6 +690,7 @@ async fn phases(
     });
     let method = parts.method.clone();
     let version = parts.version;
+    let accepted = vs.compression.as_ref().map(|c| c.accepts(&parts.headers));
     match upstream(conn, vs, &group, parts, body, cookie.as_deref()).await {
         Flow::Respond(r) => local_end(r),
         Flow::Continue(up) => {
@@ -692,6 +709,16 @@ async fn phases(
             let close =
                 headers::strip_hop_by_hop(&mut rparts.headers) || head.version == Version::HTTP_10;
             vs.response_rules.apply(&mut rparts.headers);
+            let stage = match (&vs.compression, accepted) {
+                (Some(c), Some(accepted)) => c.respond(
+                    &method,
+                    accepted,
+                    rparts.status,
+                    &mut rparts.headers,
+                    decoder.remaining(),
+                ),
+                _ => None,
+            };
             if let Some(value) = group.cookie_value(lease.index) {
                 if cookie.as_deref() != Some(value.as_bytes()) {
                     if let Some(sc) = group.set_cookie(lease.index) {
@@ -716,10 +743,9 @@ async fn phases(
                 started,
                 log,
             };
-            let _ = method;
             Flow::Continue(Response::from_parts(
                 rparts,
-                RespBody::upstream(server_conn, decoder, exchange),
+                RespBody::upstream(server_conn, decoder, exchange).compressed(stage),
             ))
         }
     }

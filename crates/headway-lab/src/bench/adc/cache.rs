@@ -86,8 +86,14 @@ struct Measured {
 /// `--cache`: the F5 cache matrix.
 pub fn run_cache(args: &AdcArgs) -> Result<()> {
     interrupt::install();
-    let seconds = args.seconds.unwrap_or(if args.quick { 2 } else { 3 }).max(1);
-    let repeats = args.repeats.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
+    let seconds = args
+        .seconds
+        .unwrap_or(if args.quick { 2 } else { 3 })
+        .max(1);
+    let repeats = args
+        .repeats
+        .unwrap_or(if args.quick { 1 } else { 3 })
+        .max(1);
     let sizes: Vec<u64> = args.sizes.iter().map(|s| s.bytes()).collect();
     let tests: Vec<Test> = if args.tests.is_empty() {
         vec![Test::L7One, Test::L7Ten, Test::L7Unlimited]
@@ -106,7 +112,13 @@ pub fn run_cache(args: &AdcArgs) -> Result<()> {
     let mut ports = procs::free_ports(5)?.into_iter();
     let mut port = move || SocketAddr::from(([127, 0, 0, 1], ports.next().unwrap_or(0)));
     let origin_addr = port();
-    let origin = start_origin(&exe, origin_addr, args, tmp.path(), &["--cache-control", "public, max-age=3600"])?;
+    let origin = start_origin(
+        &exe,
+        origin_addr,
+        args,
+        tmp.path(),
+        &["--cache-control", "public, max-age=3600"],
+    )?;
     let mut configs = Vec::new();
     let mut targets = vec![Running {
         cache: Cache::Origin,
@@ -115,7 +127,16 @@ pub fn run_cache(args: &AdcArgs) -> Result<()> {
         failure: None,
     }];
     for cache in [Cache::Varnish, Cache::Nginx, Cache::Headway] {
-        let (r, file) = start(cache, origin_addr, port(), port(), args, tmp.path(), &exe, Flavour::Headers)?;
+        let (r, file) = start(
+            cache,
+            origin_addr,
+            port(),
+            port(),
+            args,
+            tmp.path(),
+            &exe,
+            Flavour::Headers,
+        )?;
         configs.push(file);
         targets.push(r);
     }
@@ -125,7 +146,11 @@ pub fn run_cache(args: &AdcArgs) -> Result<()> {
         if t.proc.is_none() {
             continue;
         }
-        for size in cells.iter().map(|c| c.size).collect::<std::collections::BTreeSet<_>>() {
+        for size in cells
+            .iter()
+            .map(|c| c.size)
+            .collect::<std::collections::BTreeSet<_>>()
+        {
             let path = format!("/corpus/random/{size}");
             let checked = http_get(t.addr, &path).and_then(|_| http_get(t.addr, &path));
             match checked {
@@ -150,7 +175,10 @@ pub fn run_cache(args: &AdcArgs) -> Result<()> {
         ticks,
     };
     let mut results: std::collections::BTreeMap<(Cell, Cache), Measured> = Default::default();
-    let running = targets.iter().filter(|t| t.proc.is_some() || t.cache == Cache::Origin).count();
+    let running = targets
+        .iter()
+        .filter(|t| t.proc.is_some() || t.cache == Cache::Origin)
+        .count();
     let runs = cells.len() * running * repeats as usize;
     eprintln!(
         "adc --cache: {} cells × {running} targets × {repeats} runs of {seconds} s: about {} min",
@@ -186,13 +214,18 @@ pub fn run_cache(args: &AdcArgs) -> Result<()> {
                             origin_cpu
                         );
                         if t.cache != Cache::Origin {
-                            m.origin_cpu.push(origin_cpu / s.outcome.good.max(1) as f64 * 1e5);
+                            m.origin_cpu
+                                .push(origin_cpu / s.outcome.good.max(1) as f64 * 1e5);
                         }
                         m.entry.samples.push(s);
                     }
                     Err(e) if is_interrupt(&e) => return Err(e),
                     Err(e) => {
-                        eprintln!("  [{done}/{runs}] {} · {}: {e:#}", cell.label(), t.cache.key());
+                        eprintln!(
+                            "  [{done}/{runs}] {} · {}: {e:#}",
+                            cell.label(),
+                            t.cache.key()
+                        );
                         m.entry.errors.push(format!("{e:#}"));
                     }
                 }
@@ -225,22 +258,58 @@ pub fn run_cache(args: &AdcArgs) -> Result<()> {
 /// `--microcache`: a slow dynamic origin with and without a 1 s flash cache.
 pub fn run_microcache(args: &AdcArgs) -> Result<()> {
     interrupt::install();
-    let seconds = args.seconds.unwrap_or(if args.quick { 3 } else { 10 }).max(2);
+    let seconds = args
+        .seconds
+        .unwrap_or(if args.quick { 3 } else { 10 })
+        .max(2);
     let repeats = args.repeats.unwrap_or(1).max(1);
     let tmp = TempDir::new("headway-bench-microcache")?;
     let exe = exe()?;
     let mut ports = procs::free_ports(6)?.into_iter();
     let mut port = move || SocketAddr::from(([127, 0, 0, 1], ports.next().unwrap_or(0)));
     let origin_addr = port();
-    let origin = start_origin(&exe, origin_addr, args, tmp.path(), &["--dynamic-concurrency", "4"])?;
+    let origin = start_origin(
+        &exe,
+        origin_addr,
+        args,
+        tmp.path(),
+        &["--dynamic-concurrency", "4"],
+    )?;
     let (plain, _) = {
         // Headway without a cache: its own instance with the cache off.
-        start(Cache::Headway, origin_addr, port(), port(), args, tmp.path(), &exe, Flavour::None)?
+        start(
+            Cache::Headway,
+            origin_addr,
+            port(),
+            port(),
+            args,
+            tmp.path(),
+            &exe,
+            Flavour::None,
+        )?
     };
     let mut configs = Vec::new();
-    let (flash, file) = start(Cache::Headway, origin_addr, port(), port(), args, tmp.path(), &exe, Flavour::Flash)?;
+    let (flash, file) = start(
+        Cache::Headway,
+        origin_addr,
+        port(),
+        port(),
+        args,
+        tmp.path(),
+        &exe,
+        Flavour::Flash,
+    )?;
     configs.push(file);
-    let (nginx, file) = start(Cache::Nginx, origin_addr, port(), port(), args, tmp.path(), &exe, Flavour::Flash)?;
+    let (nginx, file) = start(
+        Cache::Nginx,
+        origin_addr,
+        port(),
+        port(),
+        args,
+        tmp.path(),
+        &exe,
+        Flavour::Flash,
+    )?;
     configs.push(file);
     let path = "/dynamic?latency=50ms";
     let rows: [(&str, &Running); 3] = [
@@ -252,7 +321,10 @@ pub fn run_microcache(args: &AdcArgs) -> Result<()> {
     let mut base = None;
     for (label, r) in rows {
         let Some(proc) = &r.proc else {
-            lines.push(format!("| {label} | failed: {} | | | | |", r.failure.clone().unwrap_or_default().replace('|', "\\|")));
+            lines.push(format!(
+                "| {label} | failed: {} | | | | |",
+                r.failure.clone().unwrap_or_default().replace('|', "\\|")
+            ));
             continue;
         };
         let mut rps = Vec::new();
@@ -300,15 +372,27 @@ pub fn run_microcache(args: &AdcArgs) -> Result<()> {
                 _ => "–".into(),
             },
             median(&fetched).map_or("–".into(), |v| format!("{v:.1}")),
-            if samples > 0 { format!("{oldest} ms ({samples} samples, Age ≤ {stale_age} s)") } else { "–".into() },
+            if samples > 0 {
+                format!("{oldest} ms ({samples} samples, Age ≤ {stale_age} s)")
+            } else {
+                "–".into()
+            },
             errors.join("; ").replace('|', "\\|"),
         ));
     }
     drop((plain, flash, nginx, origin));
     let mut md = String::new();
-    let _ = writeln!(md, "## Microcaching: a slow dynamic page with and without a 1 s flash cache\n");
+    let _ = writeln!(
+        md,
+        "## Microcaching: a slow dynamic page with and without a 1 s flash cache\n"
+    );
     let _ = writeln!(md, "Command: `{}`\n", super::command_line());
-    let _ = writeln!(md, "Host: {}. Load average at the end: {}.\n", super::host_line(), super::load_average());
+    let _ = writeln!(
+        md,
+        "Host: {}. Load average at the end: {}.\n",
+        super::host_line(),
+        super::load_average()
+    );
     let _ = writeln!(
         md,
         "Setup: `headway origin --dynamic-concurrency 4` serves `{path}`: a page made per request \
@@ -333,7 +417,13 @@ pub fn run_microcache(args: &AdcArgs) -> Result<()> {
          oldest page may exceed 1 s by the fetch that made it: 50 ms here)."
     );
     println!("{md}");
-    write_report(args, "adc-microcache.md", &md, "adc-microcache-configs", &configs)?;
+    write_report(
+        args,
+        "adc-microcache.md",
+        &md,
+        "adc-microcache-configs",
+        &configs,
+    )?;
     Ok(())
 }
 
@@ -412,18 +502,25 @@ fn start(
             let text = headway_cache(origin, workers, listen, admin, flavour);
             let path = work.join(&file);
             std::fs::write(&path, &text)?;
-            let argv = vec![exe.into(), "run".into(), "-c".into(), path.display().to_string()];
+            let argv = vec![
+                exe.into(),
+                "run".into(),
+                "-c".into(),
+                path.display().to_string(),
+            ];
             (file, text, argv, Some("ready"))
         }
         Cache::Origin => bail!("the origin is not a cache"),
     };
     let started = Proc::spawn(&argv, &work.join("log"))
         .map_err(|e| format!("failed to start: {e:#}"))
-        .and_then(|mut p| match p.wait_ready(ready, &[listen], Duration::from_secs(20)) {
-            Ok(()) => Ok(Ok(p)),
-            Err(e) if is_interrupt(&e) => Ok(Err(e)),
-            Err(e) => Err(format!("failed to start: {e}: {}", p.log_tail(6))),
-        });
+        .and_then(
+            |mut p| match p.wait_ready(ready, &[listen], Duration::from_secs(20)) {
+                Ok(()) => Ok(Ok(p)),
+                Err(e) if is_interrupt(&e) => Ok(Err(e)),
+                Err(e) => Err(format!("failed to start: {e}: {}", p.log_tail(6))),
+            },
+        );
     let (proc, failure) = match started {
         Ok(Ok(p)) => (Some(p), None),
         Ok(Err(e)) => return Err(e),
@@ -448,7 +545,13 @@ fn exe() -> Result<String> {
     Ok(exe.to_string_lossy().into_owned())
 }
 
-fn start_origin(exe: &str, addr: SocketAddr, args: &AdcArgs, dir: &Path, extra: &[&str]) -> Result<Proc> {
+fn start_origin(
+    exe: &str,
+    addr: SocketAddr,
+    args: &AdcArgs,
+    dir: &Path,
+    extra: &[&str],
+) -> Result<Proc> {
     let mut argv: Vec<String> = vec![
         exe.into(),
         "origin".into(),
@@ -481,7 +584,13 @@ fn varnish_vcl(origin: SocketAddr) -> String {
 
 /// NGINX with `proxy_cache` (files in `dir`, served from the page cache once written): by the
 /// origin's headers, or for 1 s whatever they say (`flash`: NGINX's microcaching recipe).
-fn nginx_cache(origin: SocketAddr, workers: u32, listen: SocketAddr, dir: &Path, flash: bool) -> String {
+fn nginx_cache(
+    origin: SocketAddr,
+    workers: u32,
+    listen: SocketAddr,
+    dir: &Path,
+    flash: bool,
+) -> String {
     let d = dir.display();
     let micro = if flash {
         "            proxy_cache_valid any 1s;\n            proxy_ignore_headers Cache-Control Expires Set-Cookie;\n            proxy_cache_use_stale updating;\n"
@@ -506,7 +615,13 @@ fn nginx_cache(origin: SocketAddr, workers: u32, listen: SocketAddr, dir: &Path,
 }
 
 /// Headway: the origin's group, one `http` virtual server and the cache as `flavour` says.
-fn headway_cache(origin: SocketAddr, workers: u32, listen: SocketAddr, admin: SocketAddr, flavour: Flavour) -> String {
+fn headway_cache(
+    origin: SocketAddr,
+    workers: u32,
+    listen: SocketAddr,
+    admin: SocketAddr,
+    flavour: Flavour,
+) -> String {
     let cache = match flavour {
         Flavour::None => String::new(),
         Flavour::Headers => "[cache]\nmemory_limit = \"1GiB\"\ndefault_group = \"all\"\n\n\
@@ -535,7 +650,12 @@ struct Got {
 }
 
 fn is_hit(cache: Cache, r: &Got) -> bool {
-    let field = |n: &str| r.hit_fields.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+    let field = |n: &str| {
+        r.hit_fields
+            .iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, v)| v.as_str())
+    };
     match cache {
         // A hit carries the ids of this request and of the one that fetched it.
         Cache::Varnish => field("x-varnish").is_some_and(|v| v.split_whitespace().count() == 2),
@@ -549,7 +669,10 @@ fn is_hit(cache: Cache, r: &Got) -> bool {
 fn http_get(addr: SocketAddr, path: &str) -> Result<Got> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf)?;
     let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
@@ -604,8 +727,11 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
 /// How many `/dynamic` pages the origin has made (asking makes one more).
 fn dynamic_count(origin: SocketAddr) -> Result<u64> {
     let r = http_get(origin, "/dynamic")?;
-    let v: serde_json::Value = serde_json::from_slice(&r.body).context("the origin's /dynamic page")?;
-    v["n"].as_u64().context("no `n` in the origin's /dynamic page")
+    let v: serde_json::Value =
+        serde_json::from_slice(&r.body).context("the origin's /dynamic page")?;
+    v["n"]
+        .as_u64()
+        .context("no `n` in the origin's /dynamic page")
 }
 
 /// The staleness sampler of the microcache runs.
@@ -656,7 +782,13 @@ impl Sampler {
     }
 }
 
-fn run_wrk(args: &AdcArgs, addr: SocketAddr, path: &str, seconds: u32, dir: &Path) -> Result<Outcome> {
+fn run_wrk(
+    args: &AdcArgs,
+    addr: SocketAddr,
+    path: &str,
+    seconds: u32,
+    dir: &Path,
+) -> Result<Outcome> {
     let l = load::Load {
         url: format!("http://{addr}{path}"),
         threads: args.threads.max(1),
@@ -669,18 +801,33 @@ fn run_wrk(args: &AdcArgs, addr: SocketAddr, path: &str, seconds: u32, dir: &Pat
     let text = tool.log_text();
     let o = load::parse_wrk(&text).with_context(|| format!("`{}` ({status})", tool.command()))?;
     if o.good == 0 {
-        bail!("no good response ({} bad, {} socket errors)", o.bad_status(), o.socket_errors);
+        bail!(
+            "no good response ({} bad, {} socket errors)",
+            o.bad_status(),
+            o.socket_errors
+        );
     }
     Ok(o)
 }
 
-fn write_report(args: &AdcArgs, name: &str, md: &str, dir: &str, configs: &[(String, String)]) -> Result<()> {
-    std::fs::create_dir_all(args.out.join(dir)).with_context(|| format!("creating {}", args.out.display()))?;
+fn write_report(
+    args: &AdcArgs,
+    name: &str,
+    md: &str,
+    dir: &str,
+    configs: &[(String, String)],
+) -> Result<()> {
+    std::fs::create_dir_all(args.out.join(dir))
+        .with_context(|| format!("creating {}", args.out.display()))?;
     std::fs::write(args.out.join(name), md)?;
     for (file, text) in configs {
         std::fs::write(args.out.join(dir).join(file), text)?;
     }
-    println!("report: {}/{name}; configs in {}/{dir}/", args.out.display(), args.out.display());
+    println!(
+        "report: {}/{name}; configs in {}/{dir}/",
+        args.out.display(),
+        args.out.display()
+    );
     Ok(())
 }
 
@@ -698,7 +845,12 @@ fn render_cache(
     let mut md = String::new();
     let _ = writeln!(md, "## Seed 002's F5 cache matrix on loopback: Headway's cache, Varnish and NGINX proxy_cache\n");
     let _ = writeln!(md, "Command: `{}`\n", super::command_line());
-    let _ = writeln!(md, "Host: {}. Load average at the end: {}.\n", super::host_line(), super::load_average());
+    let _ = writeln!(
+        md,
+        "Host: {}. Load average at the end: {}.\n",
+        super::host_line(),
+        super::load_average()
+    );
     let _ = writeln!(
         md,
         "Setup: everything on 127.0.0.1. `headway origin` ({ow} workers) serves \
@@ -719,9 +871,15 @@ fn render_cache(
     for s in status {
         let _ = writeln!(md, "{s}");
     }
-    let cols: String = targets.iter().map(|t| format!(" {} |", t.label())).collect();
+    let cols: String = targets
+        .iter()
+        .map(|t| format!(" {} |", t.label()))
+        .collect();
     let rule: String = targets.iter().map(|_| "---:|").collect();
-    let table = |title: &str, value: &dyn Fn(&Measured) -> Option<f64>, fmt: &dyn Fn(f64) -> String, ratio: bool| {
+    let table = |title: &str,
+                 value: &dyn Fn(&Measured) -> Option<f64>,
+                 fmt: &dyn Fn(f64) -> String,
+                 ratio: bool| {
         let mut s = format!("\n### {title}\n\n| test | size |{cols}\n|---|---:|{rule}\n");
         for cell in cells {
             let _ = write!(s, "| {} | {} |", cell.test.label(), size_label(cell.size));
@@ -730,7 +888,9 @@ fn render_cache(
                 let text = match results.get(&(*cell, t)).and_then(value) {
                     Some(v) => {
                         let mut x = fmt(v);
-                        if let (Some(b), true) = (base, ratio && (t == Cache::Headway || t == Cache::Nginx)) {
+                        if let (Some(b), true) =
+                            (base, ratio && (t == Cache::Headway || t == Cache::Nginx))
+                        {
                             let _ = write!(x, " ({:.2}×)", v / b);
                         }
                         x
@@ -778,7 +938,8 @@ fn render_cache(
             if sock + bad > 0 {
                 parts.push(format!("{sock} socket errors, {bad} error statuses"));
             }
-            (!parts.is_empty()).then(|| format!("- {}, {}: {}", cell.label(), t.key(), parts.join("; ")))
+            (!parts.is_empty())
+                .then(|| format!("- {}, {}: {}", cell.label(), t.key(), parts.join("; ")))
         })
         .collect();
     if !notes.is_empty() || !trouble.is_empty() {
@@ -804,9 +965,18 @@ mod tests {
     #[test]
     fn the_configs_cache_as_described() {
         let v = varnish_vcl(a(8080));
-        assert!(v.starts_with("vcl 4.1;") && v.contains(".port = \"8080\""), "{v}");
+        assert!(
+            v.starts_with("vcl 4.1;") && v.contains(".port = \"8080\""),
+            "{v}"
+        );
         let n = nginx_cache(a(8080), 2, a(8001), Path::new("/tmp/x"), false);
-        for want in ["proxy_cache hw;", "keys_zone=hw:64m", "listen 127.0.0.1:8001;", "server 127.0.0.1:8080;", "worker_processes 2;"] {
+        for want in [
+            "proxy_cache hw;",
+            "keys_zone=hw:64m",
+            "listen 127.0.0.1:8001;",
+            "server 127.0.0.1:8080;",
+            "worker_processes 2;",
+        ] {
             assert!(n.contains(want), "missing {want} in\n{n}");
         }
         assert!(!n.contains("proxy_cache_valid"));

@@ -1,0 +1,286 @@
+//! One streaming compressor for gzip, brotli or zstd behind one interface ([`Encoder`]).
+//!
+//! Sans-IO: [`Encoder::encode`] takes input bytes and a [`Flush`] and appends compressed bytes
+//! to a caller's buffer; nothing here reads a socket or the clock. Memory per stream is the
+//! codec's state (allocated once per encoder; gzip and zstd encoders are reset and reused for
+//! the next response, see [`Encoder::reset`]) plus what the caller's buffer holds.
+//!
+//! Call order per stream: [`Encoder::new`] (or [`Encoder::reset`] on a used one), any number
+//! of [`Encoder::encode`] with [`Flush::None`] or [`Flush::Sync`], then exactly one with
+//! [`Flush::Finish`]. After `Finish` the output is one complete gzip member (RFC 1952), brotli
+//! stream (RFC 7932) or zstd frame (RFC 8878); after `Sync` everything given so far can be
+//! decoded from the output so far.
+
+use brotli::enc::encode::{
+    BrotliEncoderOperation, BrotliEncoderParameter, BrotliEncoderStateStruct,
+};
+use brotli::enc::StandardAlloc;
+use bytes::BytesMut;
+use flate2::{Compress, Compression, FlushCompress, Status};
+use headway_config::compress::Codec;
+use zstd::zstd_safe::zstd_sys::ZSTD_EndDirective as EndDirective;
+use zstd::zstd_safe::{self, CCtx, CParameter, InBuffer, OutBuffer, ResetDirective};
+
+/// How much of the stream to push out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flush {
+    /// Let the codec hold input back for a better ratio.
+    None,
+    /// Everything given so far becomes decodable output (a gzip sync flush, a brotli flush, a
+    /// zstd block end); the stream goes on.
+    Sync,
+    /// End the stream: the trailer (gzip's CRC-32 and length, brotli's last meta-block, zstd's
+    /// last block) follows.
+    Finish,
+}
+
+/// Why the codec refused to go on. Our own inputs are always valid, so this is a bug or an
+/// allocation failure inside the codec; the response is cut.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum EncodeError {
+    /// The gzip (zlib-rs) encoder failed.
+    #[error("gzip encoder: {0}")]
+    Gzip(String),
+    /// The brotli encoder failed.
+    #[error("brotli encoder failed")]
+    Brotli,
+    /// The zstd encoder failed.
+    #[error("zstd encoder: {0}")]
+    Zstd(&'static str),
+}
+
+/// A streaming compressor for one codec at one level.
+pub struct Encoder {
+    level: u32,
+    state: State,
+}
+
+enum State {
+    Gzip(Box<Compress>),
+    Brotli(Box<BrotliEncoderStateStruct<StandardAlloc>>),
+    Zstd(Box<CCtx<'static>>),
+}
+
+impl std::fmt::Debug for Encoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Encoder")
+            .field("codec", &self.codec())
+            .field("level", &self.level)
+            .finish()
+    }
+}
+
+/// Output reserved per codec call, at least: large enough that a call rarely stops for room.
+const STEP: usize = 16 * 1024;
+
+impl Encoder {
+    /// A fresh encoder. `level` must be within [`Codec::levels`] (the config checked it; a level
+    /// outside is clamped). `size` is the input's length when known (`Content-Length`): zstd and
+    /// brotli then size their tables to it.
+    pub fn new(codec: Codec, level: u32, size: Option<u64>) -> Result<Encoder, EncodeError> {
+        let (lo, hi) = codec.levels();
+        let level = level.clamp(lo, hi);
+        let state = match codec {
+            Codec::Gzip => State::Gzip(Box::new(Compress::new_gzip(Compression::new(level), 15))),
+            Codec::Brotli => State::Brotli(Box::new(brotli_state(level, size))),
+            Codec::Zstd => {
+                let mut cx = CCtx::try_create().ok_or(EncodeError::Zstd("out of memory"))?;
+                zstd_check(cx.set_parameter(CParameter::CompressionLevel(level as i32)))?;
+                zstd_check(cx.set_pledged_src_size(size))?;
+                State::Zstd(Box::new(cx))
+            }
+        };
+        Ok(Encoder { level, state })
+    }
+
+    /// The codec.
+    pub fn codec(&self) -> Codec {
+        match self.state {
+            State::Gzip(_) => Codec::Gzip,
+            State::Brotli(_) => Codec::Brotli,
+            State::Zstd(_) => Codec::Zstd,
+        }
+    }
+
+    /// The level.
+    pub fn level(&self) -> u32 {
+        self.level
+    }
+
+    /// Readies a used encoder for a new stream of `size` bytes (if known), keeping its
+    /// allocations. Returns `false` when the codec cannot be reset (brotli has no reset: make a
+    /// new encoder).
+    pub fn reset(&mut self, size: Option<u64>) -> bool {
+        match &mut self.state {
+            State::Gzip(z) => {
+                z.reset();
+                true
+            }
+            State::Zstd(cx) => {
+                cx.reset(ResetDirective::SessionOnly).is_ok()
+                    && cx.set_pledged_src_size(size).is_ok()
+            }
+            State::Brotli(_) => false,
+        }
+    }
+
+    /// Compresses all of `input`, appending the output to `out`; `flush` says how much must
+    /// come out now (see [`Flush`]).
+    pub fn encode(
+        &mut self,
+        input: &[u8],
+        flush: Flush,
+        out: &mut BytesMut,
+    ) -> Result<(), EncodeError> {
+        match &mut self.state {
+            State::Gzip(z) => gzip(z, input, flush, out),
+            State::Brotli(b) => brotli(b, input, flush, out),
+            State::Zstd(cx) => zstd(cx, input, flush, out),
+        }
+    }
+}
+
+/// Grows `out` by at least `want` zeroed bytes for a codec to write into; returns where they
+/// start. (The codecs take initialised slices; zeroing costs far less than compressing.)
+fn room(out: &mut BytesMut, want: usize) -> usize {
+    let start = out.len();
+    out.resize(start + want.max(STEP), 0);
+    start
+}
+
+fn gzip(
+    z: &mut Compress,
+    mut input: &[u8],
+    flush: Flush,
+    out: &mut BytesMut,
+) -> Result<(), EncodeError> {
+    let mode = match flush {
+        Flush::None => FlushCompress::None,
+        Flush::Sync => FlushCompress::Sync,
+        Flush::Finish => FlushCompress::Finish,
+    };
+    loop {
+        let start = room(out, input.len() / 2 + 64);
+        let (in0, out0) = (z.total_in(), z.total_out());
+        let status = z
+            .compress(input, &mut out[start..], mode)
+            .map_err(|e| EncodeError::Gzip(e.to_string()));
+        let written = (z.total_out() - out0) as usize;
+        let full = start + written == out.len();
+        out.truncate(start + written);
+        let status = status?;
+        input = &input[(z.total_in() - in0) as usize..];
+        let done = match flush {
+            // zlib: with input left or no room left, call again.
+            Flush::None => input.is_empty(),
+            Flush::Sync => input.is_empty() && !full,
+            Flush::Finish => status == Status::StreamEnd,
+        };
+        if done {
+            return Ok(());
+        }
+        if status == Status::BufError && !full && input.is_empty() {
+            // No progress possible and none needed (zlib reports BufError for a flush that had
+            // nothing to do).
+            return Ok(());
+        }
+    }
+}
+
+fn brotli_state(level: u32, size: Option<u64>) -> BrotliEncoderStateStruct<StandardAlloc> {
+    let mut s = BrotliEncoderStateStruct::new(StandardAlloc::default());
+    s.set_parameter(BrotliEncoderParameter::BROTLI_PARAM_QUALITY, level);
+    // A window no larger than the body (at least brotli's 1 KiB minimum, at most its 4 MiB
+    // default) keeps small responses from allocating large ring buffers.
+    let lgwin = size.map_or(22, |n| {
+        (64 - n.saturating_sub(1).leading_zeros()).clamp(10, 22)
+    });
+    s.set_parameter(BrotliEncoderParameter::BROTLI_PARAM_LGWIN, lgwin);
+    if let Some(n) = size {
+        s.set_parameter(
+            BrotliEncoderParameter::BROTLI_PARAM_SIZE_HINT,
+            u32::try_from(n).unwrap_or(u32::MAX),
+        );
+    }
+    s
+}
+
+fn brotli(
+    b: &mut BrotliEncoderStateStruct<StandardAlloc>,
+    input: &[u8],
+    flush: Flush,
+    out: &mut BytesMut,
+) -> Result<(), EncodeError> {
+    let op = match flush {
+        Flush::None => BrotliEncoderOperation::BROTLI_OPERATION_PROCESS,
+        Flush::Sync => BrotliEncoderOperation::BROTLI_OPERATION_FLUSH,
+        Flush::Finish => BrotliEncoderOperation::BROTLI_OPERATION_FINISH,
+    };
+    let mut available_in = input.len();
+    let mut in_offset = 0;
+    loop {
+        // No output buffer: the encoder keeps its output, and `take_output` hands it over
+        // without an intermediate copy.
+        let (mut available_out, mut out_offset) = (0, 0);
+        if !b.compress_stream(
+            op,
+            &mut available_in,
+            input,
+            &mut in_offset,
+            &mut available_out,
+            &mut [],
+            &mut out_offset,
+            &mut None,
+            &mut |_, _, _, _| (),
+        ) {
+            return Err(EncodeError::Brotli);
+        }
+        while b.has_more_output() {
+            // `take_output` returns the rest of its storage; the first `n` bytes are the output.
+            let mut n = 0;
+            let taken = b.take_output(&mut n);
+            out.extend_from_slice(&taken[..n.min(taken.len())]);
+        }
+        let done = available_in == 0
+            && match flush {
+                Flush::None | Flush::Sync => true,
+                Flush::Finish => b.is_finished(),
+            };
+        if done {
+            return Ok(());
+        }
+    }
+}
+
+fn zstd(
+    cx: &mut CCtx<'static>,
+    input: &[u8],
+    flush: Flush,
+    out: &mut BytesMut,
+) -> Result<(), EncodeError> {
+    let directive = match flush {
+        Flush::None => EndDirective::ZSTD_e_continue,
+        Flush::Sync => EndDirective::ZSTD_e_flush,
+        Flush::Finish => EndDirective::ZSTD_e_end,
+    };
+    let mut src = InBuffer::around(input);
+    loop {
+        let start = room(out, (input.len() - src.pos()) / 2 + 64);
+        let mut dst = OutBuffer::around(&mut out[start..]);
+        let left = cx.compress_stream2(&mut dst, &mut src, directive);
+        let written = dst.pos();
+        out.truncate(start + written);
+        let left = zstd_check(left)?;
+        // `Continue` is done when the input is taken; `Flush` and `End` when nothing is left
+        // to write.
+        let done = src.pos() == input.len() && (flush == Flush::None || left == 0);
+        if done {
+            return Ok(());
+        }
+    }
+}
+
+fn zstd_check(r: zstd_safe::SafeResult) -> Result<usize, EncodeError> {
+    r.map_err(|code| EncodeError::Zstd(zstd_safe::get_error_name(code)))
+}
