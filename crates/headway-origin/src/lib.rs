@@ -23,7 +23,7 @@
 //! | `GET /files/{name}` | a named seed document ([`corpus::FILES`]: `pdf_small` 1.24 MB … `doc_large` 12.14 MB) |
 //! | `GET /healthz` | 200 `ok` |
 //! | `/echo` (any method) | a JSON object with the request's method, target, headers and body length (after the server's latency) |
-//! | `GET /dynamic` | a page made per request (its number and time in the body; `?latency=`, `?max_age=`, `?etag=`, `?set_cookie=1`, `?vary=`, `?size=`, `?status=`), within [`OriginConfig::dynamic_concurrency`] — see [`server`] |
+//! | `GET /dynamic` | a page made per request (its number and time in the body; `?latency=`, `?max_age=`, `?swr=`, `?sie=`, `?etag=`, `?set_cookie=1`, `?vary=`, `?size=`, `?status=`), within [`OriginConfig::dynamic_concurrency`] — see [`server`] |
 //! | `GET /status/{code}` | that status (200–599) with a short body |
 //! | anything else | 404 with a short body |
 //!

@@ -311,7 +311,8 @@ async fn echo(state: &Arc<State>, req: Request<Incoming>) -> Response<Body> {
 /// (`?latency=`, else the server's), within the worker pool — whose body says which request it
 /// was and when it was made: `{"n":N,"time_ms":T,…}` (`n` counts this server's `/dynamic`
 /// requests, `time_ms` is Unix time in milliseconds), padded with spaces to `?size=`. It is
-/// `Cache-Control: private, no-cache` unless `?max_age=N` makes it `public, max-age=N`;
+/// `Cache-Control: private, no-cache` unless `?max_age=N` makes it `public, max-age=N` (with
+/// `stale-while-revalidate=` and `stale-if-error=` from `?swr=` and `?sie=`);
 /// `?etag=X` gives it `ETag: "X"` (and answers a matching `If-None-Match` with 304);
 /// `?set_cookie=1` adds `Set-Cookie`; `?vary=Name` adds `Vary: Name` and puts that request
 /// field's value in the body; `?status=N` answers with that status.
@@ -380,11 +381,16 @@ async fn dynamic(state: &Arc<State>, req: Request<Incoming>) -> Response<Body> {
     let mut r = text(status, &body);
     set(&mut r, header::CONTENT_TYPE, "application/json");
     match q.get("max_age") {
-        Some(a) => set_owned(
-            &mut r,
-            header::CACHE_CONTROL,
-            format!("public, max-age={a}"),
-        ),
+        Some(a) => {
+            let mut cc = format!("public, max-age={a}");
+            if let Some(s) = q.get("swr") {
+                cc.push_str(&format!(", stale-while-revalidate={s}"));
+            }
+            if let Some(s) = q.get("sie") {
+                cc.push_str(&format!(", stale-if-error={s}"));
+            }
+            set_owned(&mut r, header::CACHE_CONTROL, cc)
+        }
         None => set(&mut r, header::CACHE_CONTROL, "private, no-cache"),
     }
     if let Some(e) = etag {

@@ -563,7 +563,14 @@ impl Proxy {
                     .collect(),
                 find(&v.group),
             );
-            virtual_servers.push(Arc::new(VsRuntime::new(v.clone(), router, shared, log)));
+            let vs_cache = cache
+                .as_ref()
+                .filter(|_| config.cache.as_ref().is_some_and(|c| c.serves(&v.name)))
+                .filter(|_| v.kind != headway_config::adc::VirtualServerKind::Tcp)
+                .cloned();
+            virtual_servers.push(Arc::new(
+                VsRuntime::new(v.clone(), router, shared, log).with_cache(vs_cache),
+            ));
         }
         drop(old);
         // Monitors of the new generation; the old generation's stop when it is dropped.

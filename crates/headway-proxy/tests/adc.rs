@@ -22,6 +22,10 @@ use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+/// The integrated cache: hits, validation, coalescing, flash cache, budgets and purges.
+#[path = "adc/cache.rs"]
+mod cache;
+
 /// HTTP compression and its CPU bypass.
 #[path = "adc/compression.rs"]
 mod compression;

@@ -13,6 +13,10 @@
 //! exchange still ends when the server's body does (the connection goes back to the pool while
 //! the encoder's last bytes are sent) and counts the server's (uncompressed) bytes; the stage
 //! counts the compressed ones.
+//!
+//! A body may also carry the cache's [`Tee`] ([`RespBody::teed`]): the server's payload is
+//! copied into the object being stored as it passes, and the object is stored when the body
+//! ends whole (a body cut short stores nothing).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -23,6 +27,7 @@ use bytes::Bytes;
 use headway_core::SystemClock;
 use hyper::body::{Body, Frame, SizeHint};
 
+use crate::cache::Tee;
 use crate::group::Lease;
 use crate::http::access_log::{Entry, Logger};
 use crate::http::codec::{self, Decoder, Step};
@@ -106,6 +111,8 @@ pub struct RespBody {
     bytes: u64,
     /// The compressor the payload goes through, if any.
     stage: Option<Box<Stage>>,
+    /// The cache's copy of the server's payload, if the response is being stored.
+    tee: Option<Box<Tee>>,
 }
 
 impl std::fmt::Debug for RespBody {
@@ -124,6 +131,7 @@ impl RespBody {
             exchange,
             bytes: 0,
             stage: None,
+            tee: None,
         }
     }
 
@@ -137,12 +145,23 @@ impl RespBody {
             exchange: Some(exchange),
             bytes: 0,
             stage: None,
+            tee: None,
         };
         // A body that is already complete (HEAD, 204, 304, `Content-Length: 0`) ends now.
         if b.is_end_stream() {
             b.finish(true);
         }
         b
+    }
+
+    /// This body with the server's payload copied into the cache's `tee` (if any) as it
+    /// passes. A body that already ended (a bodiless response) stores at once.
+    pub fn teed(mut self, tee: Option<Box<Tee>>) -> Self {
+        match tee {
+            Some(t) if self.exchange.is_none() => t.end(true),
+            t => self.tee = t,
+        }
+        self
     }
 
     /// This body with its payload compressed by `stage` (if any). The body must not have
@@ -227,9 +246,21 @@ impl RespBody {
         if let Some(x) = self.exchange.take() {
             x.end(complete, self.bytes, conn);
         }
+        if let Some(t) = self.tee.take() {
+            t.end(complete);
+        }
     }
 
+    /// The server's next payload bytes (copied into the tee, if any).
     fn poll_upstream(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, BodyError>>> {
+        let polled = self.poll_server(cx);
+        if let (Some(t), Poll::Ready(Some(Ok(d)))) = (&mut self.tee, &polled) {
+            t.data(d);
+        }
+        polled
+    }
+
+    fn poll_server(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, BodyError>>> {
         let Inner::Upstream { conn, decoder } = &mut self.inner else {
             return Poll::Ready(None);
         };

@@ -6,12 +6,17 @@
 //!  per request:
 //!   1 admit     framing verdict (400 + close) · per-client rate (429)
 //!   2 route     content-switching rules → server group
+//!   2½ cache    the integrated cache's lookup ([`crate::cache`]): a hit (or a stale object
+//!               while it is revalidated in the background) is answered here; a miss leads or
+//!               waits for the one fetch of its URL
 //!   3 select    persistence (cookie / source IP) → method → limits → surge queue (503)
 //!   4 upstream  pooled keep-alive connection · send · response header within the timeout
 //!               retry elsewhere on connect failure (any method) or a reset before any
 //!               response byte (idempotent, bodiless requests), up to `retries` (502/503/504)
-//!   5 respond   hop-by-hop fields out · response header rules · compression decided
-//!               (`Accept-Encoding` read before 4; [`compress`]) · persistence cookie
+//!   5 respond   hop-by-hop fields out · the cache decides whether to store (the body is
+//!               teed into it as it streams) · response header rules · compression decided
+//!               (`Accept-Encoding` read before 4; [`compress`]; answers from the cache are
+//!               compressed per client too) · persistence cookie
 //!   6 finish    at the end of the response body: connection back to the pool, slot released,
 //!               counters, access log ([`body::Exchange`])
 //! ```
@@ -43,6 +48,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+use crate::cache::{Cache, Fetch, Lookup, Reply};
 use crate::group::{Affinity, Group, Lease, Unavailable};
 use crate::limits::ClientLimits;
 use crate::stats::VirtualServerCounters;
@@ -77,6 +83,8 @@ pub struct VsRuntime {
     request_rules: Rules,
     response_rules: Rules,
     compression: Option<compress::Policy>,
+    /// The integrated cache, when this virtual server uses it.
+    cache: Option<Arc<Cache>>,
 }
 
 impl VsRuntime {
@@ -101,7 +109,15 @@ impl VsRuntime {
             router,
             shared,
             log,
+            cache: None,
         }
+    }
+
+    /// This virtual server answering through `cache` (an `http`/`https` one the `[cache]`
+    /// section serves).
+    pub fn with_cache(mut self, cache: Option<Arc<Cache>>) -> Self {
+        self.cache = cache;
+        self
     }
 }
 
@@ -638,7 +654,7 @@ async fn phases(
     conn: &Arc<Conn>,
     vs: &Arc<VsRuntime>,
     n: u64,
-    parts: http::request::Parts,
+    mut parts: http::request::Parts,
     body: Incoming,
     started: Instant,
     log: &mut Option<(Arc<Logger>, Entry)>,
@@ -680,6 +696,24 @@ async fn phases(
     if let Some((_, e)) = log.as_mut() {
         e.group = group.config.name.clone();
     }
+    let accepted = vs.compression.as_ref().map(|c| c.accepts(&parts.headers));
+    // 2½ cache
+    let mut fetch = None;
+    if let Some(cache) = &vs.cache {
+        let https = vs.config.kind == headway_config::adc::VirtualServerKind::Https;
+        match cache.lookup(&mut parts, https, !body.is_end_stream()).await {
+            Lookup::Bypass => {}
+            Lookup::Fetch(f) => fetch = Some(f),
+            Lookup::Respond(r) => return local_end(from_cache(vs, &parts.method, accepted, r)),
+            Lookup::Stale(r, f) => {
+                tokio::spawn(revalidate(conn.clone(), vs.clone(), group.clone(), f));
+                return local_end(from_cache(vs, &parts.method, accepted, r));
+            }
+        }
+    }
+    if let Some(f) = &fetch {
+        f.prepare(&mut parts);
+    }
     // 3 + 4 select and upstream, with retries
     let cookie = group.cookie_spec().and_then(|spec| {
         parts
@@ -690,9 +724,14 @@ async fn phases(
     });
     let method = parts.method.clone();
     let version = parts.version;
-    let accepted = vs.compression.as_ref().map(|c| c.accepts(&parts.headers));
-    match upstream(conn, vs, &group, parts, body, cookie.as_deref()).await {
-        Flow::Respond(r) => local_end(r),
+    match upstream(conn, vs, &group, parts, Some(body), cookie.as_deref()).await {
+        Flow::Respond(r) => {
+            // A stale object in its stale-if-error window answers instead of the error.
+            match fetch.and_then(|f| f.on_error()) {
+                Some(cached) => local_end(from_cache(vs, &method, accepted, cached)),
+                None => local_end(r),
+            }
+        }
         Flow::Continue(up) => {
             // 5 respond
             let Upstream {
@@ -708,6 +747,24 @@ async fn phases(
             // HTTP/1.0 servers close unless they say keep-alive; we never ask them to.
             let close =
                 headers::strip_hop_by_hop(&mut rparts.headers) || head.version == Version::HTTP_10;
+            let tee = match fetch.map(|f| f.on_response(rparts.status, &mut rparts.headers)) {
+                None | Some(Reply::Pass(None)) => None,
+                Some(Reply::Pass(Some(tee))) => Some(tee),
+                Some(Reply::Serve(cached)) => {
+                    // The server's 304 refreshed the stored object (or its error gave way to
+                    // a stale one): the answer comes from the cache.
+                    lease
+                        .server
+                        .counters
+                        .responses
+                        .record(rparts.status.as_u16());
+                    if !close && decoder.is_done() {
+                        lease.server.pool.checkin(server_conn);
+                    }
+                    drop(lease);
+                    return local_end(from_cache(vs, &method, accepted, cached));
+                }
+            };
             vs.response_rules.apply(&mut rparts.headers);
             let stage = match (&vs.compression, accepted) {
                 (Some(c), Some(accepted)) => c.respond(
@@ -745,8 +802,80 @@ async fn phases(
             };
             Flow::Continue(Response::from_parts(
                 rparts,
-                RespBody::upstream(server_conn, decoder, exchange).compressed(stage),
+                RespBody::upstream(server_conn, decoder, exchange)
+                    .teed(tee)
+                    .compressed(stage),
             ))
+        }
+    }
+}
+
+/// An answer from the cache on its way to one client: the response header rules and the
+/// client's compression apply as they do to a server's answer.
+fn from_cache(
+    vs: &VsRuntime,
+    method: &Method,
+    accepted: Option<compress::Accepted>,
+    r: Response<RespBody>,
+) -> Response<RespBody> {
+    let (mut parts, body) = r.into_parts();
+    vs.response_rules.apply(&mut parts.headers);
+    let stage = match (&vs.compression, accepted) {
+        (Some(c), Some(accepted)) => {
+            let length = body.size_hint().exact();
+            c.respond(method, accepted, parts.status, &mut parts.headers, length)
+        }
+        _ => None,
+    };
+    Response::from_parts(parts, body.compressed(stage))
+}
+
+/// The background revalidation of a stale object that was just served (stale-while-
+/// revalidate): the cache's conditional request to a server of `group`, its answer stored.
+async fn revalidate(conn: Arc<Conn>, vs: Arc<VsRuntime>, group: Arc<Group>, fetch: Box<Fetch>) {
+    use http_body_util::BodyExt as _;
+    let parts = fetch.background_request();
+    let up = match upstream(&conn, &vs, &group, parts, None, None).await {
+        Flow::Continue(up) => up,
+        Flow::Respond(_) => {
+            drop(fetch.on_error());
+            return;
+        }
+    };
+    let Upstream {
+        head,
+        lease,
+        conn: server_conn,
+        decoder,
+    } = up;
+    let mut headers = head.headers;
+    let close = headers::strip_hop_by_hop(&mut headers) || head.version == Version::HTTP_10;
+    lease.server.counters.responses.record(head.status.as_u16());
+    let tee = match fetch.on_response(head.status, &mut headers) {
+        Reply::Pass(Some(tee)) => tee,
+        Reply::Pass(None) | Reply::Serve(_) => {
+            if !close && decoder.is_done() {
+                lease.server.pool.checkin(server_conn);
+            }
+            return;
+        }
+    };
+    // Read the body into the cache; nothing of it goes to a client, so nothing is counted
+    // on the virtual server.
+    let activity = Arc::new(ConnActivity::default());
+    activity.inflight.fetch_add(1, Relaxed);
+    let exchange = Exchange {
+        lease: Some(lease),
+        reusable: !close,
+        counters: Arc::default(),
+        activity,
+        started: SystemClock::now(),
+        log: None,
+    };
+    let mut body = RespBody::upstream(server_conn, decoder, exchange).teed(Some(tee));
+    while let Some(f) = body.frame().await {
+        if f.is_err() {
+            return;
         }
     }
 }
@@ -777,7 +906,7 @@ async fn upstream(
     vs: &Arc<VsRuntime>,
     group: &Arc<Group>,
     mut parts: http::request::Parts,
-    body: Incoming,
+    body: Option<Incoming>,
     cookie: Option<&[u8]>,
 ) -> Flow<Upstream> {
     let cfg = &group.config;
@@ -817,18 +946,18 @@ async fn upstream(
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     // Only url-hash reads the URL.
     let url = (cfg.method == headway_lb::select::Method::UrlHash).then_some(target.as_bytes());
-    let framing = if body.is_end_stream() {
-        codec::RequestFraming::Empty
-    } else {
-        match body.size_hint().exact() {
+    let framing = match &body {
+        None => codec::RequestFraming::Empty,
+        Some(b) if b.is_end_stream() => codec::RequestFraming::Empty,
+        Some(b) => match b.size_hint().exact() {
             Some(n) => codec::RequestFraming::Length(n),
             None => codec::RequestFraming::Chunked,
-        }
+        },
     };
     let mut head = bytes::BytesMut::new();
     codec::write_request_head(&mut head, &parts.method, target, &parts.headers, framing);
     let replayable = idempotent(&parts.method) && framing == codec::RequestFraming::Empty;
-    let mut body = Some(body);
+    let mut body = body;
     let mut last = (
         StatusCode::SERVICE_UNAVAILABLE,
         "no server could be reached",

@@ -14,7 +14,7 @@ use super::*;
 const EVERYTHING: &str = "[virtual_server.compression]\nmin_size = \"0\"\n\
                           types = [\"text/\", \"application/\"]\ncpu_bypass = \"off\"\n";
 
-fn decode(coding: &str, data: &[u8]) -> Vec<u8> {
+pub(crate) fn decode(coding: &str, data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     match coding {
         "gzip" => {
