@@ -32,12 +32,18 @@
 //! `--compression` runs the compression matrix instead ([`compression`]): HTML at the seed's
 //! sizes through each proxy's gzip (and Headway's negotiated codec), with throughput, CPU per
 //! request and the ratio beside the seed's ratio table.
+//!
+//! `--tls` runs the TLS matrix (the `tls` module): new handshakes/s with ECDSA P-256 and RSA-2048
+//! certificates, resumed handshakes/s and keep-alive HTTPS throughput at 128 B … 512 KiB, each
+//! with the proxy's CPU per handshake or request and the fraction of handshakes really resumed.
+//! With `--compression` too, both run, one after the other.
 
 mod cache;
 pub mod compression;
 mod config;
 pub(crate) mod load;
 pub(crate) mod procs;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -109,6 +115,12 @@ pub struct AdcArgs {
     /// seed 002's (`compression.md`, `compression.csv`). `--tests` does not apply.
     #[arg(long)]
     pub compression: bool,
+    /// Measure TLS termination instead of the F5 matrix: new handshakes/s (ECDSA P-256 and
+    /// RSA-2048), resumed handshakes/s and HTTPS throughput at 128 B … 512 KiB through HAProxy,
+    /// NGINX and Headway, with CPU per handshake (`tls.md`, `tls.csv`). With `--compression`,
+    /// both run, TLS first. `--tests` does not apply.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 /// What a row of the matrix is measured through.
@@ -368,6 +380,12 @@ pub fn run(args: AdcArgs) -> Result<()> {
     }
     if args.microcache {
         return cache::run_microcache(&args);
+    }
+    if args.tls {
+        tls::run(&args)?;
+        if !args.compression {
+            return Ok(());
+        }
     }
     if args.compression {
         return compression::run(args);
@@ -1212,6 +1230,7 @@ mod tests {
                 cache: false,
                 microcache: false,
                 compression: false,
+                tls: false,
             },
             tcp: "net.ipv4.tcp_tw_reuse = 2".into(),
             load: ("0.5 / 0.4 / 0.3".into(), "1.9 / 1.0 / 0.6".into()),
