@@ -1007,6 +1007,59 @@ fn adc_serves_and_is_operated_live_through_ctl_sighup_and_the_admin_api() {
 }
 
 #[test]
+fn adc_cache_is_seen_and_purged_through_ctl_the_admin_api_and_metrics() {
+    let dir = TempDir::new("adc-cache");
+    let server: std::net::SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
+    let _origin = origin(server);
+    let (admin, listen) = (free_port(false), free_port(false));
+    let admin_url = format!("127.0.0.1:{admin}");
+    let front: std::net::SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
+    let cfg = dir.path().join("adc.toml");
+    let cache = "\n[cache]\ndefault_group = \"pages\"\n[[cache.group]]\nname = \"pages\"\n";
+    std::fs::write(&cfg, adc_config(admin, listen, server, cache)).unwrap();
+    let running = run_until_ready(&cfg);
+    let group = |field: &str| -> u64 {
+        let json = headway_ok(&["ctl", "--admin", &admin_url, "cache", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        v["groups"][0][field]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{field} in {json}"))
+    };
+    let url = "/dynamic?max_age=60";
+    for _ in 0..3 {
+        assert_eq!(
+            headway_origin::fetch_blocking(front, url).unwrap().status,
+            200
+        );
+    }
+    assert_eq!((group("misses"), group("hits")), (1, 2));
+    let table = headway_ok(&["ctl", "--admin", &admin_url, "cache"]);
+    assert!(table.contains("pages"), "{table}");
+    // Purge the URL through ctl: the next request is a miss again.
+    let out = headway_ok(&["ctl", "--admin", &admin_url, "cache", "purge", "--url", url]);
+    assert!(out.contains("purged 1 object"), "{out}");
+    assert_eq!(
+        headway_origin::fetch_blocking(front, url).unwrap().status,
+        200
+    );
+    assert_eq!(group("misses"), 2);
+    // A purge naming nothing is refused with one clear line, and nothing changes.
+    let out = headway(&["ctl", "--admin", &admin_url, "cache", "purge"]);
+    assert!(!out.status.success());
+    assert_eq!(group("objects"), 1);
+    let metrics = headway_ok(&["ctl", "--admin", &admin_url, "metrics"]);
+    assert!(
+        metrics.contains("headway_adc_cache_hits_total{group=\"pages\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("headway_adc_cache_purged_total{group=\"pages\"} 1"),
+        "{metrics}"
+    );
+    assert!(running.terminate().success());
+}
+
+#[test]
 fn adc_config_mistakes_exit_64_with_file_line_and_the_fix() {
     let dir = TempDir::new("adc-bad");
     let cfg = dir.path().join("adc.toml");
