@@ -693,8 +693,11 @@ async fn accept_loop(
             match kind {
                 VirtualServerKind::Tcp => crate::l4::serve_connection(slot, stream, peer).await,
                 // A client that sends nothing is closed after the header timeout rather than
-                // the idle timeout (slow clients, see `crate::listen`).
-                _ if !crate::listen::first_byte_within(&stream, first_byte).await => {
+                // the idle timeout (slow clients, see `crate::listen`); a cleartext HTTP
+                // connection reads its first bytes itself, with that deadline.
+                VirtualServerKind::Https
+                    if !crate::listen::first_byte_within(&stream, first_byte).await =>
+                {
                     tracing::debug!(client = %peer, "closing a connection that sent nothing");
                 }
                 // The TLS handshake runs here, in the connection's task, never in the accept

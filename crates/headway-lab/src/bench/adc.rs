@@ -431,8 +431,7 @@ pub fn run(args: AdcArgs) -> Result<()> {
     let ticks = procs::clock_ticks_per_second()?;
     let exe = std::env::current_exe().context("cannot find the headway binary")?;
     let exe = exe.to_string_lossy().into_owned();
-    let mut ports = procs::free_ports(1 + 4 * targets.len())?.into_iter();
-    let mut port = move || SocketAddr::from(([127, 0, 0, 1], ports.next().unwrap_or(0)));
+    let mut port = procs::port_source(1 + 4 * targets.len())?;
 
     let origin = port();
     let mut instances = vec![start_origin(&exe, origin, &args, tmp.path())?];

@@ -342,7 +342,9 @@ impl FramingChecker {
         let mut req = httparse::Request::new(headers);
         match req.parse(&buf) {
             Ok(httparse::Status::Partial) => {
-                if buf.len() > self.max_head {
+                // A partial head of `max_head` bytes already lacks at least its final CRLF:
+                // whole, it would be over the limit.
+                if buf.len() >= self.max_head {
                     self.requests += 1;
                     self.fail(Violation::HeadTooLarge);
                 } else {

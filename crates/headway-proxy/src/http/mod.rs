@@ -30,6 +30,7 @@ pub mod codec;
 pub mod compress;
 pub mod framing;
 pub mod headers;
+pub mod rewind;
 pub mod route;
 
 use std::convert::Infallible;
@@ -369,11 +370,13 @@ struct Conn {
 }
 
 /// Serves one accepted cleartext HTTP client connection until it ends, it idles out, or
-/// `drain` turns true (then in-flight requests finish and the connection closes). HTTP/2 is
-/// recognised by its connection preface (prior knowledge), if the virtual server allows it.
+/// `drain` turns true (then in-flight requests finish and the connection closes). A client
+/// that sends nothing within the request header timeout is closed (slow clients, see
+/// `crate::listen`). HTTP/2 is recognised by its connection preface (prior knowledge), if the
+/// virtual server allows it.
 pub async fn serve_connection(
     slot: Arc<Slot>,
-    stream: TcpStream,
+    mut stream: TcpStream,
     peer: SocketAddr,
     drain: watch::Receiver<bool>,
 ) {
@@ -383,8 +386,18 @@ pub async fn serve_connection(
         let vs = slot.vs.load();
         (vs.config.http2, vs.config.request_header_timeout)
     };
-    let h2 = allow_h2 && is_h2_preface(&stream, limit).await;
-    serve_stream(slot, stream, peer, drain, h2).await;
+    let Some((first, h2)) = first_bytes(&mut stream, limit).await else {
+        tracing::debug!(client = %peer, "closing a connection that sent nothing");
+        return;
+    };
+    serve_stream(
+        slot,
+        rewind::Rewind::new(first, stream),
+        peer,
+        drain,
+        allow_h2 && h2,
+    )
+    .await;
 }
 
 /// Serves one client connection over any byte stream (TLS after its handshake: `h2` from the
@@ -451,26 +464,29 @@ pub async fn serve_stream<S: Stream>(
     }
 }
 
-/// Whether the client starts with the HTTP/2 connection preface (RFC 9113 §3.4). Peeks, so
-/// nothing is consumed; waits at most `limit` for the first 24 bytes.
-async fn is_h2_preface(stream: &TcpStream, limit: Duration) -> bool {
+/// The client's first bytes, read within `limit`, and whether they start the HTTP/2
+/// connection preface (RFC 9113 §3.4). `None` when nothing came in time (or the client
+/// closed or failed without a byte). Bytes that are a part of the preface so far are waited
+/// on until the rest or `limit` (clients send it in one write, so that is rare).
+async fn first_bytes(stream: &mut TcpStream, limit: Duration) -> Option<(Bytes, bool)> {
+    use tokio::io::AsyncReadExt as _;
     const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     let deadline = tokio::time::Instant::now() + limit;
-    let mut buf = [0u8; 24];
+    let mut buf = bytes::BytesMut::with_capacity(4096);
     loop {
-        let n = match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
-            Ok(Ok(n)) => n,
-            _ => return false,
-        };
-        if n == 0 || buf[..n] != PREFACE[..n] {
-            return false;
+        let read = tokio::time::timeout_at(deadline, stream.read_buf(&mut buf)).await;
+        let n = buf.len().min(PREFACE.len());
+        let more = matches!(read, Ok(Ok(m)) if m > 0);
+        if !more {
+            // Time is up, or the stream ended: what came so far is for the HTTP/1 parser.
+            return (!buf.is_empty()).then(|| (buf.freeze(), false));
+        }
+        if buf[..n] != PREFACE[..n] {
+            return Some((buf.freeze(), false));
         }
         if n == PREFACE.len() {
-            return true;
+            return Some((buf.freeze(), true));
         }
-        // A prefix of the preface so far: wait for the rest (clients send it in one write,
-        // so this is rare).
-        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 

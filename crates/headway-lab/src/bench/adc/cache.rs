@@ -109,8 +109,7 @@ pub fn run_cache(args: &AdcArgs) -> Result<()> {
     let script = tmp.path().join("ten-per-connection.lua");
     std::fs::write(&script, super::config::TEN_PER_CONNECTION_LUA)?;
     let exe = exe()?;
-    let mut ports = procs::free_ports(8)?.into_iter();
-    let mut port = move || SocketAddr::from(([127, 0, 0, 1], ports.next().expect("enough free ports")));
+    let mut port = procs::port_source(8)?;
     let origin_addr = port();
     let origin = start_origin(
         &exe,
@@ -265,8 +264,7 @@ pub fn run_microcache(args: &AdcArgs) -> Result<()> {
     let repeats = args.repeats.unwrap_or(1).max(1);
     let tmp = TempDir::new("headway-bench-microcache")?;
     let exe = exe()?;
-    let mut ports = procs::free_ports(8)?.into_iter();
-    let mut port = move || SocketAddr::from(([127, 0, 0, 1], ports.next().expect("enough free ports")));
+    let mut port = procs::port_source(8)?;
     let origin_addr = port();
     let origin = start_origin(
         &exe,

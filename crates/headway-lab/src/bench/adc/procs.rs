@@ -240,6 +240,20 @@ pub fn free_ports(n: usize) -> Result<Vec<u16>> {
         .collect()
 }
 
+/// Addresses on 127.0.0.1 for the processes of one run, handed out one per call: the first
+/// `hint` were free a moment ago (see [`free_ports`]); past them, each call asks the kernel for
+/// another free port, so a miscount never yields port 0 (which nothing could connect to).
+pub fn port_source(hint: usize) -> Result<impl FnMut() -> SocketAddr> {
+    let mut ports = free_ports(hint)?.into_iter();
+    Ok(move || {
+        let port = ports
+            .next()
+            .or_else(|| free_ports(1).ok().and_then(|v| v.first().copied()))
+            .expect("a free port on 127.0.0.1");
+        SocketAddr::from(([127, 0, 0, 1], port))
+    })
+}
+
 /// A directory removed (with its contents) on drop.
 #[derive(Debug)]
 pub struct TempDir(PathBuf);

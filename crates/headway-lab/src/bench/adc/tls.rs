@@ -631,8 +631,7 @@ pub fn run(args: &AdcArgs) -> Result<()> {
     make_certificates(&dir)?;
     let conf = dir.join("client-openssl.cnf");
     std::fs::write(&conf, client_openssl_conf())?;
-    let mut ports = procs::free_ports(8)?.into_iter();
-    let mut port = move || SocketAddr::from(([127, 0, 0, 1], ports.next().unwrap_or(0)));
+    let mut port = procs::port_source(8)?;
     let workers = args.workers.max(1);
     let maxconn = config::max_connections(args.connections);
 
