@@ -17,8 +17,8 @@
 //! - [`limits`]: per-client connection and rate limits;
 //! - [`tcp_profile`]: TCP profiles set on listeners, client and server connections, and the
 //!   start-up check of what the host honours;
-//! - [`listen`]: flood defense at the listener (SYN cookies and backlog checks, a first-byte
-//!   deadline for clients that connect and say nothing);
+//! - [`listen`]: flood defense at the listener (SYN cookies and backlog checks; the first-byte
+//!   deadline for clients that connect and say nothing is enforced by the HTTP and TLS paths);
 //! - [`tls`]: TLS termination of `https` virtual servers (SNI, resumption, ALPN, client
 //!   certificates) and TLS to servers;
 //! - [`cache`]: the integrated HTTP cache (RFC 9111, content groups and policies, request

@@ -7,10 +7,13 @@
 //!   switch (`net.ipv4.tcp_syncookies`) and the cap on the accept queue (`net.core.somaxconn`)
 //!   are read and compared with the backlog asked for; what would weaken the listener under a
 //!   flood is logged as a warning that says which sysctl to change.
-//! - [`first_byte_within`]: an HTTP client must send its first byte within the virtual
-//!   server's `request_header_timeout` of being accepted. Before it, such a client held its
-//!   connection (a file descriptor and a task) for the whole `client_idle_timeout` (180 s by
-//!   default), which is the cheapest slow-client attack: open many connections, send nothing.
+//!
+//! The deadline for silent clients is enforced where the first bytes are read: a cleartext
+//! HTTP client must send its first bytes within the virtual server's `request_header_timeout`
+//! of being accepted (`crate::http::serve_connection`), an https client must finish its
+//! handshake within it (`crate::tls`). Without it, such a client would hold its connection (a
+//! file descriptor and a task) for the whole `client_idle_timeout` (180 s by default), the
+//! cheapest slow-client attack: open many connections, send nothing.
 //!
 //! The rest of the flood defense lives elsewhere and is reused as is: per-client connection
 //! and rate limits ([`crate::limits`]), the request header timeout and the idle timeout (the
@@ -24,10 +27,6 @@
 //! clients still complete their handshakes; with it off, they are dropped with the flood. The
 //! listen backlog bounds both the accept queue and the SYN queue; Linux caps it at
 //! `net.core.somaxconn` without an error, so the cap is reported here.
-
-use std::time::Duration;
-
-use tokio::net::TcpStream;
 
 /// The host settings a listener under a SYN flood depends on, read from `/proc/sys` (the
 /// calling thread's network namespace). `None` when unreadable.
@@ -77,19 +76,6 @@ pub fn findings(backlog: u32, host: &ListenHost) -> Vec<String> {
     out
 }
 
-/// Waits until `stream` has a byte to read (or is closed) for at most `limit`; `false` when
-/// the client sent nothing in time. Consumes nothing.
-///
-/// Cancel safety: cancel-safe (it only peeks).
-pub async fn first_byte_within(stream: &TcpStream, limit: Duration) -> bool {
-    // `peek` waits for a byte, the end of the stream or an error, and consumes nothing
-    // (`readable` alone may report a fresh socket ready before anything arrived).
-    let mut one = [0u8; 1];
-    tokio::time::timeout(limit, stream.peek(&mut one))
-        .await
-        .is_ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,25 +111,5 @@ mod tests {
             somaxconn: None,
         };
         assert!(findings(1 << 20, &always).is_empty());
-    }
-
-    #[tokio::test]
-    async fn a_silent_client_runs_out_of_time_and_a_talking_one_does_not() {
-        use tokio::io::AsyncWriteExt;
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let silent = TcpStream::connect(addr).await.unwrap();
-        let (accepted, _) = l.accept().await.unwrap();
-        // A client that sends nothing: the wait ends at its limit.
-        assert!(!first_byte_within(&accepted, Duration::from_millis(200)).await);
-        drop(silent);
-        let mut talking = TcpStream::connect(addr).await.unwrap();
-        let (accepted, _) = l.accept().await.unwrap();
-        talking.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
-        assert!(first_byte_within(&accepted, Duration::from_secs(10)).await);
-        // Nothing was consumed.
-        let mut buf = [0u8; 3];
-        assert_eq!(accepted.peek(&mut buf).await.unwrap(), 3);
-        assert_eq!(&buf, b"GET");
     }
 }

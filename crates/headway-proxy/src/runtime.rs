@@ -679,7 +679,6 @@ async fn accept_loop(
             continue;
         };
         crate::tcp_profile::apply_client(&stream, vs.config.tcp_profile.as_ref());
-        let first_byte = vs.config.request_header_timeout;
         drop(vs);
         counters.active_connections.inc();
         tracker.live.fetch_add(1, Ordering::SeqCst);
@@ -693,13 +692,8 @@ async fn accept_loop(
             match kind {
                 VirtualServerKind::Tcp => crate::l4::serve_connection(slot, stream, peer).await,
                 // A client that sends nothing is closed after the header timeout rather than
-                // the idle timeout (slow clients, see `crate::listen`); a cleartext HTTP
-                // connection reads its first bytes itself, with that deadline.
-                VirtualServerKind::Https
-                    if !crate::listen::first_byte_within(&stream, first_byte).await =>
-                {
-                    tracing::debug!(client = %peer, "closing a connection that sent nothing");
-                }
+                // the idle timeout (slow clients, see `crate::listen`): a cleartext HTTP
+                // connection reads its first bytes within it, an https one its handshake.
                 // The TLS handshake runs here, in the connection's task, never in the accept
                 // loop.
                 VirtualServerKind::Https => match tls {
