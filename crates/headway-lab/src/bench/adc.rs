@@ -123,6 +123,20 @@ pub struct AdcArgs {
     pub tls: bool,
 }
 
+impl AdcArgs {
+    /// `--seconds`, else `quick` with `--quick` and `full` without.
+    pub fn seconds_or(&self, quick: u32, full: u32) -> u32 {
+        self.seconds
+            .unwrap_or(if self.quick { quick } else { full })
+    }
+
+    /// `--repeats`, else `quick` with `--quick` and `full` without.
+    pub fn repeats_or(&self, quick: u32, full: u32) -> u32 {
+        self.repeats
+            .unwrap_or(if self.quick { quick } else { full })
+    }
+}
+
 /// What a row of the matrix is measured through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum)]
 pub enum Target {
@@ -391,14 +405,8 @@ pub fn run(args: AdcArgs) -> Result<()> {
         return compression::run(args);
     }
     interrupt::install();
-    let seconds = args
-        .seconds
-        .unwrap_or(if args.quick { 2 } else { 3 })
-        .max(1);
-    let repeats = args
-        .repeats
-        .unwrap_or(if args.quick { 1 } else { 3 })
-        .max(1);
+    let seconds = args.seconds_or(2, 3).max(1);
+    let repeats = args.repeats_or(1, 3).max(1);
     let sizes: Vec<u64> = args.sizes.iter().map(|s| s.bytes()).collect();
     let mut cells = cells(args.quick, &args.tests, &sizes);
     let mut notes = Vec::new();
@@ -558,16 +566,36 @@ pub fn run(args: AdcArgs) -> Result<()> {
     let md = render_markdown(&header, &status, &cells, &targets, &results, &notes);
     let csv = render_csv(&cells, &targets, &results);
     println!("{md}");
-    std::fs::create_dir_all(args.out.join("adc-configs"))
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    std::fs::write(args.out.join("adc.md"), &md)?;
-    std::fs::write(args.out.join("adc.csv"), &csv)?;
-    for (name, text) in &configs {
-        std::fs::write(args.out.join("adc-configs").join(name), text)?;
+    write_report(
+        &args.out,
+        &[("adc.md", &md), ("adc.csv", &csv)],
+        "adc-configs",
+        &configs,
+    )
+}
+
+/// Writes a report's files into `out` and the configs it ran into `out/dir/`, and says where.
+pub(crate) fn write_report(
+    out: &Path,
+    files: &[(&str, &str)],
+    dir: &str,
+    configs: &[(String, String)],
+) -> Result<()> {
+    std::fs::create_dir_all(out.join(dir))
+        .with_context(|| format!("creating {}", out.join(dir).display()))?;
+    for (name, text) in files {
+        let path = out.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
+    for (name, text) in configs {
+        std::fs::write(out.join(dir).join(name), text)?;
+    }
+    let names: Vec<&str> = files.iter().map(|(n, _)| *n).collect();
     println!(
-        "report: {0}/adc.md, adc.csv; configs in {0}/adc-configs/",
-        args.out.display()
+        "report: {}/{}; configs in {}/{dir}/",
+        out.display(),
+        names.join(", "),
+        out.display()
     );
     Ok(())
 }

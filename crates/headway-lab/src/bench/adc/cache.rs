@@ -86,14 +86,8 @@ struct Measured {
 /// `--cache`: the F5 cache matrix.
 pub fn run_cache(args: &AdcArgs) -> Result<()> {
     interrupt::install();
-    let seconds = args
-        .seconds
-        .unwrap_or(if args.quick { 2 } else { 3 })
-        .max(1);
-    let repeats = args
-        .repeats
-        .unwrap_or(if args.quick { 1 } else { 3 })
-        .max(1);
+    let seconds = args.seconds_or(2, 3).max(1);
+    let repeats = args.repeats_or(1, 3).max(1);
     let sizes: Vec<u64> = args.sizes.iter().map(|s| s.bytes()).collect();
     let tests: Vec<Test> = if args.tests.is_empty() {
         vec![Test::L7One, Test::L7Ten, Test::L7Unlimited]
@@ -250,17 +244,19 @@ pub fn run_cache(args: &AdcArgs) -> Result<()> {
     drop(origin);
     let md = render_cache(args, seconds, repeats, &cells, &results, &status, &notes);
     println!("{md}");
-    write_report(args, "adc-cache.md", &md, "adc-cache-configs", &configs)?;
+    super::write_report(
+        &args.out,
+        &[("adc-cache.md", &md)],
+        "adc-cache-configs",
+        &configs,
+    )?;
     Ok(())
 }
 
 /// `--microcache`: a slow dynamic origin with and without a 1 s flash cache.
 pub fn run_microcache(args: &AdcArgs) -> Result<()> {
     interrupt::install();
-    let seconds = args
-        .seconds
-        .unwrap_or(if args.quick { 3 } else { 10 })
-        .max(2);
+    let seconds = args.seconds_or(3, 10).max(2);
     let repeats = args.repeats.unwrap_or(1).max(1);
     let tmp = TempDir::new("headway-bench-microcache")?;
     let exe = exe()?;
@@ -415,10 +411,9 @@ pub fn run_microcache(args: &AdcArgs) -> Result<()> {
          oldest page may exceed 1 s by the fetch that made it: 50 ms here)."
     );
     println!("{md}");
-    write_report(
-        args,
-        "adc-microcache.md",
-        &md,
+    super::write_report(
+        &args.out,
+        &[("adc-microcache.md", &md)],
         "adc-microcache-configs",
         &configs,
     )?;
@@ -806,27 +801,6 @@ fn run_wrk(
         );
     }
     Ok(o)
-}
-
-fn write_report(
-    args: &AdcArgs,
-    name: &str,
-    md: &str,
-    dir: &str,
-    configs: &[(String, String)],
-) -> Result<()> {
-    std::fs::create_dir_all(args.out.join(dir))
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    std::fs::write(args.out.join(name), md)?;
-    for (file, text) in configs {
-        std::fs::write(args.out.join(dir).join(file), text)?;
-    }
-    println!(
-        "report: {}/{name}; configs in {}/{dir}/",
-        args.out.display(),
-        args.out.display()
-    );
-    Ok(())
 }
 
 /// The cache matrix report.

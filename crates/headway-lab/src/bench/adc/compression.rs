@@ -276,14 +276,8 @@ struct Cell {
 /// Runs the compression benchmark.
 pub fn run(args: AdcArgs) -> Result<()> {
     interrupt::install();
-    let seconds = args
-        .seconds
-        .unwrap_or(if args.quick { 2 } else { 3 })
-        .max(1);
-    let repeats = args
-        .repeats
-        .unwrap_or(if args.quick { 1 } else { 2 })
-        .max(1);
+    let seconds = args.seconds_or(2, 3).max(1);
+    let repeats = args.repeats_or(1, 2).max(1);
     let sizes: Vec<u64> = if args.sizes.is_empty() {
         SEED_RATIOS.iter().map(|r| r.0).collect()
     } else {
@@ -455,18 +449,12 @@ pub fn run(args: AdcArgs) -> Result<()> {
     md += &render(&sizes, &shown, &results);
     let csv = render_csv(&sizes, &shown, &results);
     println!("{md}");
-    std::fs::create_dir_all(args.out.join("adc-configs"))
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    std::fs::write(args.out.join("compression.md"), &md)?;
-    std::fs::write(args.out.join("compression.csv"), &csv)?;
-    for (name, text) in &configs {
-        std::fs::write(args.out.join("adc-configs").join(name), text)?;
-    }
-    println!(
-        "report: {0}/compression.md, compression.csv; configs in {0}/adc-configs/",
-        args.out.display()
-    );
-    Ok(())
+    super::write_report(
+        &args.out,
+        &[("compression.md", &md), ("compression.csv", &csv)],
+        "adc-configs",
+        &configs,
+    )
 }
 
 /// One wrk run with the target's CPU time read before and after.

@@ -600,14 +600,8 @@ struct Ctx {
 /// Runs the TLS benchmark.
 pub fn run(args: &AdcArgs) -> Result<()> {
     interrupt::install();
-    let seconds = args
-        .seconds
-        .unwrap_or(if args.quick { 2 } else { 5 })
-        .max(1);
-    let repeats = args
-        .repeats
-        .unwrap_or(if args.quick { 1 } else { 2 })
-        .max(1);
+    let seconds = args.seconds_or(2, 5).max(1);
+    let repeats = args.repeats_or(1, 2).max(1);
     let sizes: Vec<u64> = args.sizes.iter().map(|s| s.bytes()).collect();
     let kinds = cells(args.quick, &sizes);
     let versions = Versions::probe();
@@ -799,18 +793,12 @@ pub fn run(args: &AdcArgs) -> Result<()> {
     md += &render(&kinds, &targets, &results, &negotiated);
     let csv = render_csv(&kinds, &targets, &results);
     println!("{md}");
-    std::fs::create_dir_all(args.out.join("adc-configs"))
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    std::fs::write(args.out.join("tls.md"), &md)?;
-    std::fs::write(args.out.join("tls.csv"), &csv)?;
-    for (name, text) in &configs {
-        std::fs::write(args.out.join("adc-configs").join(name), text)?;
-    }
-    println!(
-        "report: {0}/tls.md, tls.csv; configs in {0}/adc-configs/",
-        args.out.display()
-    );
-    Ok(())
+    super::write_report(
+        &args.out,
+        &[("tls.md", &md), ("tls.csv", &csv)],
+        "adc-configs",
+        &configs,
+    )
 }
 
 /// One `openssl s_client` handshake with the clients' config and the handshake cells' request
