@@ -551,20 +551,32 @@ impl Drop for Running {
     }
 }
 
-/// A loopback port that was free a moment ago (TCP or UDP).
+/// A loopback port that was free a moment ago (TCP or UDP), never the same twice in this
+/// process, and below Linux's ephemeral range (32768 and up by default): a port the kernel
+/// picked for `:0` could be handed out again as the source port of some client connection of a
+/// test running beside this one before the process under test binds it.
 fn free_port(udp: bool) -> u16 {
-    if udp {
-        std::net::UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    } else {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    // Tests of one binary run in parallel threads; binaries run one after another. The pid
+    // spreads the start so a leftover process of an earlier run is unlikely to sit there.
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let _ = NEXT.compare_exchange(
+        0,
+        20_000 + (std::process::id() % 64) as u16 * 100,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    loop {
+        let port = NEXT.fetch_add(1, Ordering::SeqCst);
+        assert!(port < 32_000, "no free test port below the ephemeral range");
+        let free = if udp {
+            std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok()
+        } else {
+            std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+        };
+        if free {
+            return port;
+        }
     }
 }
 
