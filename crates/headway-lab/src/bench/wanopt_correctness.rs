@@ -9,9 +9,12 @@
 //!    branch appliance is restarted, at half the DC appliance. Transfers cut by a restart may
 //!    end in `reset` (and flows started while an appliance is down go direct: fail-open); none
 //!    may end `wrong`.
-//! 2. **wiped store**: the DC appliance stopped, its disk store deleted, started again; the
-//!    same plan again (so the branch side believes the DC holds everything): every transfer
-//!    must be `ok`.
+//! 2. **wiped store**: both appliances stopped, the DC's disk store deleted (the branch's
+//!    stays), both started and their tunnel up again; the same plan again (so the branch side
+//!    believes the DC holds everything): every transfer must be `ok`. Restarting the branch
+//!    too keeps this phase about diverged stores: a branch that outlived the DC's restart
+//!    would first send flows into its tunnel to the dead process until the idle timeout,
+//!    which is the restarts phase's subject.
 //! 3. **steady**: a fresh plan with no disturbance: every transfer must be `ok`.
 //!
 //! Exit status 1 if any transfer is `wrong` or `stalled`, or phases 2–3 have any failure.
@@ -168,10 +171,10 @@ pub fn run(args: CorrectnessArgs) -> Result<()> {
     };
 
     let restarts = run_phase(&mut pair, "restarts", args.seed, true)?;
-    pair.stop(Side::Dc)?;
+    pair.stop_both()?;
     pair.wipe_store(Side::Dc)?;
-    pair.start(Side::Dc)?;
-    println!("  DC store wiped");
+    pair.start_both()?;
+    println!("  DC store wiped, both appliances restarted");
     let wiped = run_phase(&mut pair, "wiped store", args.seed, false)?;
     let steady = run_phase(&mut pair, "steady", args.seed + 1000, false)?;
     let stats = [pair.stats(Side::Branch)?, pair.stats(Side::Dc)?];
