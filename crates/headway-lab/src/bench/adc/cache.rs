@@ -269,42 +269,23 @@ pub fn run_microcache(args: &AdcArgs) -> Result<()> {
         tmp.path(),
         &["--dynamic-concurrency", "4"],
     )?;
-    let (plain, _) = {
-        // Headway without a cache: its own instance with the cache off.
+    let mut launch = |cache, flavour| {
         start(
-            Cache::Headway,
+            cache,
             origin_addr,
             port(),
             port(),
             args,
             tmp.path(),
             &exe,
-            Flavour::None,
-        )?
+            flavour,
+        )
     };
-    let mut configs = Vec::new();
-    let (flash, file) = start(
-        Cache::Headway,
-        origin_addr,
-        port(),
-        port(),
-        args,
-        tmp.path(),
-        &exe,
-        Flavour::Flash,
-    )?;
-    configs.push(file);
-    let (nginx, file) = start(
-        Cache::Nginx,
-        origin_addr,
-        port(),
-        port(),
-        args,
-        tmp.path(),
-        &exe,
-        Flavour::Flash,
-    )?;
-    configs.push(file);
+    // Headway without a cache: its own instance with the cache off.
+    let (plain, _) = launch(Cache::Headway, Flavour::None)?;
+    let (flash, flash_file) = launch(Cache::Headway, Flavour::Flash)?;
+    let (nginx, nginx_file) = launch(Cache::Nginx, Flavour::Flash)?;
+    let configs = vec![flash_file, nginx_file];
     let path = "/dynamic?latency=50ms";
     let rows: [(&str, &Running); 3] = [
         ("Headway, no cache", &plain),
