@@ -28,6 +28,13 @@
 //! its handshake before the server has judged the client certificate, so without this step a
 //! refused client would only learn of it at its first flow.
 //!
+//! ## A peer that restarts
+//! The stateless-reset key and the connection-ID key are derived from the identity's private
+//! key, so a restarted appliance recognises the connection IDs its previous process issued and
+//! answers the peer's next packet on that dead connection with a stateless reset (RFC 9000
+//! §10.3) the peer can verify. The peer drops the connection within a round trip of its next
+//! packet (a flow's bytes or the keep-alive), not at the idle timeout, and reconnects.
+//!
 //! ## Backpressure and memory
 //! Nothing is buffered without bound: a stream's receive window is 4 × the peer link's
 //! bandwidth-delay product (rate × RTT estimate; at least 256 KiB, at most 256 MiB), the
@@ -404,8 +411,13 @@ impl Endpoint {
 
         let runtime = quinn::default_runtime()
             .ok_or_else(|| std::io::Error::other("no async runtime (call inside tokio)"))?;
+        let (reset_key, cid_key) = identity.stateless_reset_keys();
+        let mut endpoint_config = quinn::EndpointConfig::new(Arc::new(reset_key));
+        endpoint_config.cid_generator(move || {
+            Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+        });
         let quinn = quinn::Endpoint::new(
-            quinn::EndpointConfig::default(),
+            endpoint_config,
             Some((*default_server_config).clone()),
             socket,
             runtime,

@@ -132,6 +132,30 @@ impl Identity {
     pub(crate) fn key(&self) -> PrivateKeyDer<'static> {
         self.key.clone_key()
     }
+
+    /// A secret derived from the private key for `label` (HMAC-SHA256 under the key): the
+    /// same after a restart, different per appliance and per label.
+    fn derive(&self, label: &[u8]) -> ring::hmac::Tag {
+        let secret = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, self.key.secret_der());
+        ring::hmac::sign(&secret, label)
+    }
+
+    /// The key QUIC stateless-reset tokens are signed with, and the key local connection IDs
+    /// are hashed with, both derived from the identity so that they survive a restart. A
+    /// restarted appliance then recognises the connection IDs its previous process issued as
+    /// its own and resets at once the connections that process held (the peer checks the
+    /// token it was given for that ID), instead of the peer sending into a dead connection
+    /// until its idle timeout.
+    pub(crate) fn stateless_reset_keys(&self) -> (ring::hmac::Key, u64) {
+        let reset = self.derive(b"headway-tunnel stateless reset key v1");
+        let cid = self.derive(b"headway-tunnel connection id key v1");
+        let mut cid_key = [0u8; 8];
+        cid_key.copy_from_slice(&cid.as_ref()[..8]);
+        (
+            ring::hmac::Key::new(ring::hmac::HMAC_SHA256, reset.as_ref()),
+            u64::from_le_bytes(cid_key),
+        )
+    }
 }
 
 impl Clone for Identity {

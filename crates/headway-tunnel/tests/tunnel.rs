@@ -481,3 +481,96 @@ async fn closing_ends_accept_and_the_peer_sees_the_connection_go() {
     })
     .await;
 }
+
+/// `b` dies without a word (its process is gone: no CONNECTION_CLOSE) and a new `b` with the
+/// same identity comes up on the same port. The first packet `a` sends on its old connection
+/// draws a stateless reset from the new process, signed with the key both derive from the
+/// identity, so `a` drops the dead connection at once (not after the 30 s idle timeout) and its
+/// next connect reaches the new `b`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_peer_resets_the_old_connection_at_once() {
+    bounded(async {
+        let (a_id, b_id) = (Identity::generate().unwrap(), Identity::generate().unwrap());
+        let sa = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sb = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (aa, ba) = (sa.local_addr().unwrap(), sb.local_addr().unwrap());
+        let a = Endpoint::from_socket(
+            sa,
+            &a_id,
+            vec![peer("b", ba, b_id.fingerprint())],
+            Options::default(),
+        )
+        .unwrap();
+        // The first `b` runs on a runtime of its own, so it can be killed mid-connection.
+        let doomed = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let b1 = {
+            let _in = doomed.enter();
+            Endpoint::from_socket(
+                sb,
+                &b_id,
+                vec![peer("a", aa, a_id.fingerprint())],
+                Options::default(),
+            )
+            .unwrap()
+        };
+        let conn = a.connect(PeerId(0)).await.unwrap();
+        let (mut send, _recv) = conn.open_flow(&header(1)).await.unwrap();
+        send.write_all(b"x").await.unwrap();
+        let b1 = std::sync::Arc::new(b1);
+        let accepting = b1.clone();
+        // Held here, so the dying runtime does not end the flow politely (STOP_SENDING).
+        let flow = doomed
+            .spawn(async move { accepting.accept_flow().await })
+            .await
+            .unwrap();
+        assert!(flow.is_some(), "the first b saw the flow");
+
+        // Kill: stop its tasks (quinn's drivers among them) and only then drop the handle,
+        // whose close has no driver left to send a CONNECTION_CLOSE; the socket goes with it.
+        tokio::task::spawn_blocking(move || {
+            doomed.shutdown_timeout(Duration::from_secs(10));
+            drop(flow);
+            drop(b1);
+        })
+        .await
+        .unwrap();
+        let sb2 = UdpSocket::bind(ba).expect("the port is free again");
+        let b2 = Endpoint::from_socket(
+            sb2,
+            &b_id,
+            vec![peer("a", aa, a_id.fingerprint())],
+            Options::default(),
+        )
+        .unwrap();
+
+        let killed = headway_core::SystemClock::now();
+        // A new flow on the old connection (as the next client's would be) makes a packet for
+        // the new process to reset.
+        let (mut late, _recv) = conn.open_flow(&header(3)).await.unwrap();
+        let _ = late.write_all(b"into the void").await;
+        let reason = tokio::time::timeout(Duration::from_secs(10), conn.closed())
+            .await
+            .expect("the old connection was not reset within 10 s");
+        assert!(
+            matches!(reason, headway_tunnel::ConnectionError::Reset),
+            "{reason:?}"
+        );
+        println!("old connection reset after {:?}", killed.elapsed());
+
+        let fresh = a.connect(PeerId(0)).await.unwrap();
+        let (mut send, _recv) = fresh.open_flow(&header(2)).await.unwrap();
+        send.write_all(b"hello again").await.unwrap();
+        send.finish().unwrap();
+        let mut flow = b2.accept_flow().await.unwrap();
+        assert_eq!(flow.header.service, ServiceId(2));
+        assert_eq!(
+            flow.recv.read_to_end(1 << 20).await.unwrap(),
+            b"hello again"
+        );
+    })
+    .await;
+}
