@@ -71,8 +71,11 @@ impl std::fmt::Debug for Encoder {
     }
 }
 
-/// Output reserved per codec call, at least: large enough that a call rarely stops for room.
+/// The most output room a codec call gets at once; a call that fills it runs again.
 const STEP: usize = 16 * 1024;
+/// The least output room a codec call gets: a stream's end (deflate's last block and gzip's
+/// trailer, zstd's epilogue) fits in it.
+const MIN_ROOM: usize = 128;
 
 impl Encoder {
     /// A fresh encoder. `level` must be within [`Codec::levels`] (the config checked it; a level
@@ -141,11 +144,12 @@ impl Encoder {
     }
 }
 
-/// Grows `out` by at least `want` zeroed bytes for a codec to write into; returns where they
-/// start. (The codecs take initialised slices; zeroing costs far less than compressing.)
+/// Grows `out` by `want` zeroed bytes (at least [`MIN_ROOM`], at most [`STEP`]) for a codec to
+/// write into; returns where they start. The codecs take initialised slices; zeroing what the
+/// input can need, not a fixed step, keeps a small response from clearing 16 KiB per call.
 fn room(out: &mut BytesMut, want: usize) -> usize {
     let start = out.len();
-    out.resize(start + want.max(STEP), 0);
+    out.resize(start + want.clamp(MIN_ROOM, STEP), 0);
     start
 }
 

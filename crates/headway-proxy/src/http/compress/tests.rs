@@ -479,6 +479,34 @@ fn empty_and_tiny_streams_are_valid() {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Any bytes (random ones expand: every codec call must find room for more output than
+    /// input), cut anywhere, with flushes anywhere, decode to themselves with every codec.
+    #[test]
+    fn any_bytes_in_any_pieces_round_trip(
+        data in prop::collection::vec(any::<u8>(), 0..40_000),
+        cuts in prop::collection::vec((1usize..9_000, any::<bool>()), 1..12),
+        known_size in any::<bool>(),
+    ) {
+        for codec in Codec::ALL {
+            let size = known_size.then_some(data.len() as u64);
+            let mut e = Encoder::new(codec, codec.default_level(), size).unwrap();
+            let mut out = BytesMut::new();
+            let mut rest = &data[..];
+            for &(n, sync) in &cuts {
+                let (piece, tail) = rest.split_at(n.min(rest.len()));
+                let flush = if sync { Flush::Sync } else { Flush::None };
+                e.encode(piece, flush, &mut out).unwrap();
+                rest = tail;
+            }
+            e.encode(rest, Flush::Finish, &mut out).unwrap();
+            prop_assert_eq!(decode(codec, &out), data.clone(), "{}", codec);
+        }
+    }
+}
+
 // --- CPU ----------------------------------------------------------------------------------------
 
 #[test]
