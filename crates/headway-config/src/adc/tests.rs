@@ -73,7 +73,7 @@ fn defaults_of_a_minimal_http_virtual_server() {
     let c = parse(&format!("{GROUP}{VS}"));
     let g = &c.adc.groups[0];
     assert_eq!(g.method, Method::RoundRobin);
-    assert_eq!((g.surge_queue, g.retries, g.pool_max_idle), (1024, 2, 64));
+    assert_eq!((g.surge_queue, g.retries, g.pool_max_idle), (1024, 2, 1024));
     assert_eq!(g.servers[0].name, "127.0.0.1:8080");
     assert_eq!(g.servers[0].weight, 1);
     assert_eq!(g.servers[0].state, AdminState::Enabled);

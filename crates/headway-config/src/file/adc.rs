@@ -87,7 +87,10 @@ pub struct ServerGroupSection {
     /// Default: `"60s"`.
     pub response_timeout: Option<Spanned<DurationValue>>,
     /// Idle keep-alive connections kept per server for reuse across clients; 0 = no reuse.
-    /// Default: 64.
+    /// Keep it at or above the requests in flight to a server at peak (HTTP/2 clients
+    /// multiplex many requests per connection, each needs a server connection of its own),
+    /// or connections are closed when a request ends and opened again for the next.
+    /// Default: 1024.
     pub pool_max_idle: Option<Spanned<u32>>,
     /// How long an idle pooled connection is kept (`"60s"`). Default: `"60s"`.
     pub pool_idle_timeout: Option<Spanned<DurationValue>>,
