@@ -27,6 +27,19 @@ fn peer(name: &str, addr: SocketAddr, fingerprint: Fingerprint) -> PeerConfig {
     p
 }
 
+/// Two loopback UDP sockets and their addresses.
+fn two_sockets() -> (UdpSocket, UdpSocket, SocketAddr, SocketAddr) {
+    let sa = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let sb = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (aa, ba) = (sa.local_addr().unwrap(), sb.local_addr().unwrap());
+    (sa, sb, aa, ba)
+}
+
+/// An endpoint on `socket` with one peer and the default options.
+fn endpoint(socket: UdpSocket, id: &Identity, peer: PeerConfig) -> Endpoint {
+    Endpoint::from_socket(socket, id, vec![peer], Options::default()).unwrap()
+}
+
 /// Two endpoints, `a` and `b`, each pinning the fingerprints given (normally each other's).
 fn endpoints(
     a_id: &Identity,
@@ -34,9 +47,7 @@ fn endpoints(
     a_pins: Fingerprint,
     b_pins: Fingerprint,
 ) -> (Endpoint, Endpoint) {
-    let sa = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let sb = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let (aa, ba) = (sa.local_addr().unwrap(), sb.local_addr().unwrap());
+    let (sa, sb, aa, ba) = two_sockets();
     let a =
         Endpoint::from_socket(sa, a_id, vec![peer("b", ba, a_pins)], Options::default()).unwrap();
     let b =
@@ -370,24 +381,10 @@ async fn duplicate_peer_fingerprints_are_refused_at_bind() {
 async fn connections_use_the_link_rate_controller() {
     bounded(async {
         let (a_id, b_id) = (Identity::generate().unwrap(), Identity::generate().unwrap());
-        let sa = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let sb = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let (aa, ba) = (sa.local_addr().unwrap(), sb.local_addr().unwrap());
+        let (sa, sb, aa, ba) = two_sockets();
         let slow = |name, addr, f| PeerConfig::new(name, addr, f, Rate::from_mbps(10));
-        let a = Endpoint::from_socket(
-            sa,
-            &a_id,
-            vec![slow("b", ba, b_id.fingerprint())],
-            Options::default(),
-        )
-        .unwrap();
-        let _b = Endpoint::from_socket(
-            sb,
-            &b_id,
-            vec![slow("a", aa, a_id.fingerprint())],
-            Options::default(),
-        )
-        .unwrap();
+        let a = endpoint(sa, &a_id, slow("b", ba, b_id.fingerprint()));
+        let _b = endpoint(sb, &b_id, slow("a", aa, a_id.fingerprint()));
         let conn = a.connect(PeerId(0)).await.unwrap();
         let stats = conn.stats();
         // Our controller: rate × min RTT × 1.15, at least 4 packets. On loopback that is the
@@ -491,16 +488,8 @@ async fn closing_ends_accept_and_the_peer_sees_the_connection_go() {
 async fn a_restarted_peer_resets_the_old_connection_at_once() {
     bounded(async {
         let (a_id, b_id) = (Identity::generate().unwrap(), Identity::generate().unwrap());
-        let sa = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let sb = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let (aa, ba) = (sa.local_addr().unwrap(), sb.local_addr().unwrap());
-        let a = Endpoint::from_socket(
-            sa,
-            &a_id,
-            vec![peer("b", ba, b_id.fingerprint())],
-            Options::default(),
-        )
-        .unwrap();
+        let (sa, sb, aa, ba) = two_sockets();
+        let a = endpoint(sa, &a_id, peer("b", ba, b_id.fingerprint()));
         // The first `b` runs on a runtime of its own, so it can be killed mid-connection.
         let doomed = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -509,13 +498,7 @@ async fn a_restarted_peer_resets_the_old_connection_at_once() {
             .unwrap();
         let b1 = {
             let _in = doomed.enter();
-            Endpoint::from_socket(
-                sb,
-                &b_id,
-                vec![peer("a", aa, a_id.fingerprint())],
-                Options::default(),
-            )
-            .unwrap()
+            endpoint(sb, &b_id, peer("a", aa, a_id.fingerprint()))
         };
         let conn = a.connect(PeerId(0)).await.unwrap();
         let (mut send, _recv) = conn.open_flow(&header(1)).await.unwrap();
@@ -539,13 +522,7 @@ async fn a_restarted_peer_resets_the_old_connection_at_once() {
         .await
         .unwrap();
         let sb2 = UdpSocket::bind(ba).expect("the port is free again");
-        let b2 = Endpoint::from_socket(
-            sb2,
-            &b_id,
-            vec![peer("a", aa, a_id.fingerprint())],
-            Options::default(),
-        )
-        .unwrap();
+        let b2 = endpoint(sb2, &b_id, peer("a", aa, a_id.fingerprint()));
 
         let killed = headway_core::SystemClock::now();
         // A new flow on the old connection (as the next client's would be) makes a packet for
