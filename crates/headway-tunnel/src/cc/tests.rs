@@ -41,8 +41,8 @@ fn drive(core: &mut Core, rng: &mut Rng, start: Instant, secs: u64, loss: f64, r
 fn first_window_is_rate_times_rtt_estimate() {
     let now = start_instant();
     let c = core(now);
-    // 10 Mbit/s × 300 ms = 375 000 bytes, × 1.15 gain.
-    let expected = (1_250_000.0 * 0.3 * 1.15) as u64;
+    // 10 Mbit/s × (300 ms × 1.15 gain + 2 ms ACK allowance).
+    let expected = (1_250_000.0 * (0.3 * 1.15 + 0.002)) as u64;
     assert_eq!(c.window(), expected);
     assert_eq!(c.pacing_rate(), RATE);
 }
@@ -59,9 +59,10 @@ fn window_follows_min_rtt_so_rate_is_the_configured_one() {
             min: Duration::from_millis(100),
         },
     );
-    // window / min_rtt = rate × gain: the configured rate plus the headroom.
+    // window / min_rtt = rate × (gain + allowance / min_rtt): the configured rate plus the
+    // headroom.
     let rate = c.window() as f64 / 0.1;
-    assert!((rate / 1_250_000.0 - 1.15).abs() < 0.001, "{rate}");
+    assert!((rate / 1_250_000.0 - 1.17).abs() < 0.001, "{rate}");
 }
 
 #[test]
@@ -215,6 +216,10 @@ fn invalid_configs_are_refused() {
             ConfigError::OutOfRange("window_gain"),
         ),
         (
+            |c| c.ack_allowance = Duration::from_secs(1),
+            ConfigError::OutOfRange("ack_allowance"),
+        ),
+        (
             |c| c.decrease_factor = 1.0,
             ConfigError::OutOfRange("decrease_factor"),
         ),
@@ -242,9 +247,9 @@ fn quinn_adapter_reports_the_core_window() {
     let factory = Arc::new(LinkRateFactory::new(Config::new(RATE)).unwrap());
     let mut ctl = factory.build(now, MTU);
     assert_eq!(ctl.initial_window(), ctl.window());
-    // 10 Mbit/s × 100 ms × 1.15
-    assert_eq!(ctl.window(), 143_750);
+    // 10 Mbit/s × (100 ms × 1.15 + 2 ms)
+    assert_eq!(ctl.window(), 146_250);
     ctl.on_congestion_event(now, now, true, 10_000);
-    assert_eq!(ctl.window(), 143_750 / 2);
+    assert_eq!(ctl.window(), 146_250 / 2);
     assert_eq!(ctl.metrics().pacing_rate, Some(5_000_000));
 }
