@@ -631,6 +631,19 @@ fn headway_ok(args: &[&str]) -> String {
     text(&out.stdout)
 }
 
+/// The status of one GET of `path` from `addr`.
+fn status(addr: std::net::SocketAddr, path: &str) -> u16 {
+    headway_origin::fetch_blocking(addr, path).unwrap().status
+}
+
+/// Asserts that `headway ctl metrics` of the instance at `admin` has every line in `lines`.
+fn assert_metrics(admin: &str, lines: &[&str]) {
+    let metrics = headway_ok(&["ctl", "--admin", admin, "metrics"]);
+    for line in lines {
+        assert!(metrics.contains(line), "`{line}` not in:\n{metrics}");
+    }
+}
+
 /// One appliance's `[admin]` + `[wanopt]` config.
 fn wanopt_config(
     admin: u16,
@@ -942,12 +955,7 @@ fn adc_serves_and_is_operated_live_through_ctl_sighup_and_the_admin_api() {
     headway_ok(&[
         "ctl", "--admin", &admin_url, "server", "enable", "web", "s1",
     ]);
-    assert_eq!(
-        headway_origin::fetch_blocking(front, "/healthz")
-            .unwrap()
-            .status,
-        200
-    );
+    assert_eq!(status(front, "/healthz"), 200);
 
     // A new rule in the file, applied by SIGHUP.
     std::fs::write(
@@ -999,21 +1007,14 @@ fn adc_serves_and_is_operated_live_through_ctl_sighup_and_the_admin_api() {
     assert!(err.contains("did you mean `least-connection`"), "{err}");
     let shown = headway_ok(&["ctl", "--admin", &admin_url, "config", "show"]);
     assert!(shown.contains("name = \"docs\""), "{shown}");
-    assert_eq!(
-        headway_origin::fetch_blocking(front, "/files/pdf_small")
-            .unwrap()
-            .status,
-        200
-    );
+    assert_eq!(status(front, "/files/pdf_small"), 200);
 
-    let metrics = headway_ok(&["ctl", "--admin", &admin_url, "metrics"]);
-    assert!(
-        metrics.contains("headway_adc_requests_total{virtual_server=\"front\"}"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("headway_adc_reloads_failed_total 1"),
-        "{metrics}"
+    assert_metrics(
+        &admin_url,
+        &[
+            "headway_adc_requests_total{virtual_server=\"front\"}",
+            "headway_adc_reloads_failed_total 1",
+        ],
     );
     assert!(running.terminate().success());
 }
@@ -1039,10 +1040,7 @@ fn adc_cache_is_seen_and_purged_through_ctl_the_admin_api_and_metrics() {
     };
     let url = "/dynamic?max_age=60";
     for _ in 0..3 {
-        assert_eq!(
-            headway_origin::fetch_blocking(front, url).unwrap().status,
-            200
-        );
+        assert_eq!(status(front, url), 200);
     }
     assert_eq!((group("misses"), group("hits")), (1, 2));
     let table = headway_ok(&["ctl", "--admin", &admin_url, "cache"]);
@@ -1050,23 +1048,18 @@ fn adc_cache_is_seen_and_purged_through_ctl_the_admin_api_and_metrics() {
     // Purge the URL through ctl: the next request is a miss again.
     let out = headway_ok(&["ctl", "--admin", &admin_url, "cache", "purge", "--url", url]);
     assert!(out.contains("purged 1 object"), "{out}");
-    assert_eq!(
-        headway_origin::fetch_blocking(front, url).unwrap().status,
-        200
-    );
+    assert_eq!(status(front, url), 200);
     assert_eq!(group("misses"), 2);
     // A purge naming nothing is refused with one clear line, and nothing changes.
     let out = headway(&["ctl", "--admin", &admin_url, "cache", "purge"]);
     assert!(!out.status.success());
     assert_eq!(group("objects"), 1);
-    let metrics = headway_ok(&["ctl", "--admin", &admin_url, "metrics"]);
-    assert!(
-        metrics.contains("headway_adc_cache_hits_total{group=\"pages\"} 2"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("headway_adc_cache_purged_total{group=\"pages\"} 1"),
-        "{metrics}"
+    assert_metrics(
+        &admin_url,
+        &[
+            "headway_adc_cache_hits_total{group=\"pages\"} 2",
+            "headway_adc_cache_purged_total{group=\"pages\"} 1",
+        ],
     );
     assert!(running.terminate().success());
 }
@@ -1249,13 +1242,13 @@ fn https_certificates_through_ctl_and_a_refused_reload_keeps_them() {
     }
     let table = headway_ok(&["ctl", "--admin", &admin_url, "certs"]);
     assert!(table.contains("CN=a.example, O=Second"), "{table}");
-    let metrics = headway_ok(&["ctl", "--admin", &admin_url, "metrics"]);
-    for line in [
-        "headway_adc_reloads_failed_total 1",
-        "headway_adc_tls_handshakes_total{virtual_server=\"front\",kind=\"full\"}",
-        "headway_adc_tls_certificate_not_after_seconds{certificate=\"a\"}",
-    ] {
-        assert!(metrics.contains(line), "`{line}` not in:\n{metrics}");
-    }
+    assert_metrics(
+        &admin_url,
+        &[
+            "headway_adc_reloads_failed_total 1",
+            "headway_adc_tls_handshakes_total{virtual_server=\"front\",kind=\"full\"}",
+            "headway_adc_tls_certificate_not_after_seconds{certificate=\"a\"}",
+        ],
+    );
     assert!(running.terminate().success());
 }
