@@ -32,6 +32,7 @@ pub mod framing;
 pub mod headers;
 pub mod rewind;
 pub mod route;
+pub mod write_batch;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -442,7 +443,7 @@ pub async fn serve_stream<S: Stream>(
             .max_header_list_size(u32::try_from(cfg.max_header_bytes).unwrap_or(u32::MAX))
             .max_concurrent_streams(256);
         drop(vs);
-        let c = b.serve_connection(TokioIo::new(io), service);
+        let c = b.serve_connection(TokioIo::new(write_batch::WriteBatch::new(io)), service);
         drive(c, peer, drain, &activity, idle, header).await;
     } else {
         let mut b = hyper::server::conn::http1::Builder::new();
