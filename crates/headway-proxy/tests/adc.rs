@@ -932,24 +932,29 @@ async fn tcp_virtual_servers_carry_bytes_and_half_close() {
         group("g", "", &[(echo, "")])
     );
     let (p, addr) = proxy(&text).await;
-    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    let (mut r, mut w) = s.split();
-    let send = async {
-        w.write_all(&data).await.unwrap();
-        w.shutdown().await.unwrap();
-    };
-    let mut back = Vec::new();
-    let recv = r.read_to_end(&mut back);
-    let (_, n) = tokio::join!(send, recv);
-    assert_eq!(n.unwrap(), data.len());
-    assert_eq!(back, data);
-    until(&p, "the connection to end", |s| {
+    // Empty, short (copied only) and long (copied, then spliced) exchanges.
+    let sizes = [0u32, 100, 64 * 1024 + 1, 3_000_000];
+    for len in sizes {
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let (mut r, mut w) = s.split();
+        let send = async {
+            w.write_all(&data).await.unwrap();
+            w.shutdown().await.unwrap();
+        };
+        let mut back = Vec::new();
+        let recv = r.read_to_end(&mut back);
+        let (_, n) = tokio::join!(send, recv);
+        assert_eq!(n.unwrap(), data.len());
+        assert!(back == data, "{len} bytes came back changed");
+    }
+    until(&p, "the connections to end", |s| {
         s.virtual_servers[0].active_connections == 0
     })
     .await;
+    let total: u64 = sizes.iter().map(|&n| u64::from(n)).sum();
     let v = &p.snapshot().virtual_servers[0];
-    assert_eq!((v.bytes_in, v.bytes_out), (3_000_000, 3_000_000));
+    assert_eq!((v.bytes_in, v.bytes_out), (total, total));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
