@@ -102,14 +102,14 @@ pub async fn serve_connection(slot: Arc<Slot>, client: TcpStream, peer: SocketAd
         )
     };
     let srv = lease.server.clone();
-    let up = splice_one_way(
+    let up = one_way(
         &client,
         &server,
         &counters.bytes_in,
         &srv.counters.bytes_out,
         &touch,
     );
-    let down = splice_one_way(
+    let down = one_way(
         &server,
         &client,
         &counters.bytes_out,
@@ -141,13 +141,7 @@ pub async fn serve_connection(slot: Arc<Slot>, client: TcpStream, peer: SocketAd
 
 /// Moves `from`'s bytes to `to` until end of stream, then shuts `to` down for writing
 /// (half-close). Copies the first [`SPLICE_AFTER`] bytes through a buffer, then splices.
-async fn splice_one_way(
-    from: &TcpStream,
-    to: &TcpStream,
-    a: &Counter,
-    b: &Counter,
-    touch: &impl Fn(),
-) {
+async fn one_way(from: &TcpStream, to: &TcpStream, a: &Counter, b: &Counter, touch: &impl Fn()) {
     let mut buf = vec![0u8; COPY_BUF];
     if copy_one_way(from, to, &mut buf, SPLICE_AFTER, a, b, touch).await == CopyEnd::Limit {
         match headway_io::splice::Pipe::new(PIPE) {
