@@ -7,7 +7,7 @@
 //! the first flush that finds data waiting, yields to the scheduler once (the task wakes
 //! itself and returns `Pending`): the stream tasks that are ready run first and hand their
 //! frames to the connection, and the next flush writes them all in one call. Measured with
-//! `h2load -c64 -m10` on loopback: about half the writes per response.
+//! `h2load -c64 -m10` on loopback: 1.44 → 1.25 writes per request in all (HAProxy: 1.19).
 //!
 //! Bounded: at most [`WriteBatch::CAP`] bytes are held; a write that does not fit drains the
 //! buffer first, and a large write (a DATA frame of a big body) bypasses it. The wrapper never
