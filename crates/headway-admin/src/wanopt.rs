@@ -16,6 +16,7 @@
 //! | `wanopt_flows_total` | `peer`, `class`, `outcome` = `optimized` / `failed` / `passed_through`, `reason` (`""` unless passed through) |
 //! | `wanopt_store_bytes`, `wanopt_store_capacity_bytes`, `wanopt_store_chunks`, `wanopt_store_hit_ratio` | `store` = `memory` / `disk` |
 //! | `wanopt_tunnel_connections_total`, `wanopt_tunnel_refused_total` | none |
+//! | `wanopt_tunnel_fec_repair_sent_total`, `wanopt_tunnel_fec_repair_received_total`, `wanopt_tunnel_fec_recovered_total`, `wanopt_tunnel_fec_unrecoverable_total` | none |
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -116,6 +117,19 @@ pub struct WanoptTunnel {
     pub flows_accepted: u64,
     /// Inbound streams refused for their flow header.
     pub bad_headers: u64,
+    /// Forward error correction: repair datagrams sent (at the end of bursts).
+    #[serde(default)]
+    pub fec_repair_sent: u64,
+    /// Forward error correction: repair datagrams received.
+    #[serde(default)]
+    pub fec_repair_received: u64,
+    /// Forward error correction: lost datagrams restored from repair.
+    #[serde(default)]
+    pub fec_recovered: u64,
+    /// Forward error correction: windows that lost more than their repair could restore
+    /// (QUIC retransmitted those datagrams).
+    #[serde(default)]
+    pub fec_unrecoverable: u64,
 }
 
 /// Exports a [`WanoptControl`]'s counters as Prometheus metrics on every scrape (see the
@@ -223,6 +237,30 @@ impl Collector for WanoptCollector {
             "Tunnel handshakes failed or refused",
             &[(vec![], s.tunnel.refused)],
         )?;
+        for (name, help, v) in [
+            (
+                "wanopt_tunnel_fec_repair_sent",
+                "FEC repair datagrams sent at the end of bursts",
+                s.tunnel.fec_repair_sent,
+            ),
+            (
+                "wanopt_tunnel_fec_repair_received",
+                "FEC repair datagrams received",
+                s.tunnel.fec_repair_received,
+            ),
+            (
+                "wanopt_tunnel_fec_recovered",
+                "Lost tunnel datagrams restored from FEC repair",
+                s.tunnel.fec_recovered,
+            ),
+            (
+                "wanopt_tunnel_fec_unrecoverable",
+                "FEC windows that lost more datagrams than their repair restored",
+                s.tunnel.fec_unrecoverable,
+            ),
+        ] {
+            counters(&mut encoder, name, help, &[(vec![], v)])?;
+        }
         Ok(())
     }
 }
@@ -320,8 +358,17 @@ pub fn write_stats(out: &mut dyn Write, s: &WanoptStats) -> std::io::Result<()> 
     }
     writeln!(
         out,
-        "\ntunnel: {} connection(s), {} refused, {} inbound flow(s), {} bad header(s)",
-        s.tunnel.connections, s.tunnel.refused, s.tunnel.flows_accepted, s.tunnel.bad_headers
+        "\ntunnel: {} connection(s), {} refused, {} inbound flow(s), {} bad header(s)\n\
+         fec: {} repair datagram(s) sent, {} received, {} datagram(s) restored, {} window(s) \
+         beyond repair",
+        s.tunnel.connections,
+        s.tunnel.refused,
+        s.tunnel.flows_accepted,
+        s.tunnel.bad_headers,
+        s.tunnel.fec_repair_sent,
+        s.tunnel.fec_repair_received,
+        s.tunnel.fec_recovered,
+        s.tunnel.fec_unrecoverable
     )
 }
 

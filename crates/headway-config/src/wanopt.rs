@@ -65,6 +65,8 @@ pub struct WanoptConfig {
     pub memory_store: ByteSize,
     /// Hold-down after a failed peer connection.
     pub retry_after: Duration,
+    /// Forward error correction on the tunnel (the same on every appliance).
+    pub fec: bool,
     /// The disk store; present whenever a service or rule uses [`ServiceClass::DedupDisk`].
     pub disk_store: Option<DiskStore>,
     /// The peers, in file order; names, addresses and fingerprints are unique.
@@ -459,6 +461,7 @@ pub(crate) fn wanopt(s: &WanoptSection, origin: &Origin) -> Result<WanoptConfig,
         dedup_key: DedupSecret(dedup_key),
         memory_store,
         retry_after,
+        fec: s.fec.unwrap_or(false),
         disk_store,
         peers,
         services,

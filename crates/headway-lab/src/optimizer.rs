@@ -72,6 +72,8 @@ pub struct PairOptions {
     pub class: &'static str,
     /// Size bound of each side's disk store.
     pub disk_store: &'static str,
+    /// The tunnel's forward error correction (`[wanopt] fec`).
+    pub fec: bool,
 }
 
 impl Default for PairOptions {
@@ -81,6 +83,7 @@ impl Default for PairOptions {
             rtt: Duration::from_millis(100),
             class: "dedup-disk",
             disk_store: "2GiB",
+            fec: false,
         }
     }
 }
@@ -370,6 +373,7 @@ cert_file = "{role}.crt"
 key_file = "{role}.key"
 dedup_key_file = "dedup.key"
 retry_after = "2s"
+fec = {fec}
 
 [wanopt.disk_store]
 dir = "{store}"
@@ -402,6 +406,7 @@ class = "{class}"
         lan_if = c.lan_if,
         far = c.far_subnet,
         class = c.opts.class,
+        fec = c.opts.fec,
     )
 }
 

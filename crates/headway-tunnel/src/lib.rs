@@ -21,11 +21,13 @@
 //!
 //! Modules: `identity` (certificates and fingerprints), `verify` (pinned-fingerprint TLS
 //! verifiers), [`header`] (flow header wire format), [`cc`] (congestion controller), `endpoint`
-//! (the async shell).
+//! (the async shell), `fec_socket` (the UDP socket with `headway-fec`'s forward error correction
+//! between it and quinn).
 #![forbid(unsafe_code)]
 
 pub mod cc;
 mod endpoint;
+mod fec_socket;
 pub mod header;
 mod identity;
 mod verify;

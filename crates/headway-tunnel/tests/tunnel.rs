@@ -551,3 +551,90 @@ async fn a_restarted_peer_resets_the_old_connection_at_once() {
     })
     .await;
 }
+
+/// A UDP relay between `a` and `b` that drops every `drop_every`-th datagram from `a` to `b`
+/// (repair datagrams included). Returns the relay's address for each side and its task.
+async fn lossy_relay(
+    a: SocketAddr,
+    b: SocketAddr,
+    drop_every: usize,
+) -> (SocketAddr, SocketAddr, tokio::task::JoinHandle<()>) {
+    let for_a = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let for_b = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let (ra, rb) = (for_a.local_addr().unwrap(), for_b.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let (mut x, mut y) = (vec![0u8; 65536], vec![0u8; 65536]);
+        let mut n = 0usize;
+        loop {
+            tokio::select! {
+                r = for_a.recv_from(&mut x) => {
+                    let (len, _) = r.unwrap();
+                    n += 1;
+                    if n % drop_every != 0 {
+                        let _ = for_b.send_to(&x[..len], b).await;
+                    }
+                }
+                r = for_b.recv_from(&mut y) => {
+                    let (len, _) = r.unwrap();
+                    let _ = for_a.send_to(&y[..len], a).await;
+                }
+            }
+        }
+    });
+    (ra, rb, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fec_restores_datagrams_a_lossy_path_dropped() {
+    bounded(async {
+        let (a_id, b_id) = (Identity::generate().unwrap(), Identity::generate().unwrap());
+        let (sa, sb, aa, ba) = two_sockets();
+        let (ra, rb, relay) = lossy_relay(aa, ba, 20).await;
+        // A WAN-rate link, so the path is protected (FEC covers links up to 1 Gbit/s).
+        let wan = |name: &str, addr, fp| {
+            let mut p = PeerConfig::new(name, addr, fp, Rate::from_mbps(200));
+            p.rtt_estimate = Duration::from_millis(5);
+            p
+        };
+        let fec = Options {
+            fec: true,
+            ..Options::default()
+        };
+        let a = Endpoint::from_socket(
+            sa,
+            &a_id,
+            vec![wan("b", ra, b_id.fingerprint())],
+            fec.clone(),
+        )
+        .unwrap();
+        let b =
+            Endpoint::from_socket(sb, &b_id, vec![wan("a", rb, a_id.fingerprint())], fec).unwrap();
+        let data = random_bytes(7, 3_000_000);
+        let want = sha(&data);
+        for round in 0..3 {
+            let conn = a.connect(PeerId(0)).await.unwrap();
+            let (send, _recv) = conn.open_flow(&header(round)).await.unwrap();
+            let sender = send_all(send, data.clone());
+            let receiver = async {
+                let flow = b.accept_flow().await.unwrap();
+                digest_to_end(flow.recv).await
+            };
+            let (_, got) = tokio::join!(sender, receiver);
+            assert_eq!(got, (want, data.len()), "round {round}");
+            // The burst's repair goes out once the sender has been idle for the gap.
+            let windows = round as u64 + 1;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+            while a.stats().fec.windows < windows && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        let (fa, fb) = (a.stats().fec, b.stats().fec);
+        println!("sender {fa:?}\nreceiver {fb:?}");
+        assert!(fa.windows >= 1 && fa.repair_sent >= 1, "{fa:?}");
+        assert!(fb.repair_received >= 1, "{fb:?}");
+        assert!(fb.recovered >= 1, "nothing restored: {fb:?}");
+        assert_eq!(fb.invalid, 0);
+        relay.abort();
+    })
+    .await;
+}

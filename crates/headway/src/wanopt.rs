@@ -209,7 +209,10 @@ pub fn appliance_config(w: &WanoptConfig) -> Result<ApplianceConfig, Failure> {
         identity,
         tunnel_listen: w.tunnel_listen,
         peers,
-        tunnel_options: Options::default(),
+        tunnel_options: Options {
+            fec: w.fec,
+            ..Options::default()
+        },
         dedup_key: DedupKey::new(w.dedup_key.0),
         memory_store_bytes: w.memory_store.bytes(),
         retry_after: w.retry_after,
@@ -301,6 +304,10 @@ impl WanoptControl for ApplianceView {
             refused: t.refused,
             flows_accepted: t.flows_accepted,
             bad_headers: t.bad_headers,
+            fec_repair_sent: t.fec.repair_sent,
+            fec_repair_received: t.fec.repair_received,
+            fec_recovered: t.fec.recovered,
+            fec_unrecoverable: t.fec.unrecoverable,
         };
         stats
     }

@@ -1,0 +1,164 @@
+//! The receiver's loss measurement and the sender's choice of how many recovery shards to send.
+
+/// Sequence numbers per measurement epoch.
+const EPOCH: u32 = 256;
+/// How far past an epoch's end the highest sequence number must be before the epoch is
+/// counted, so that slightly reordered datagrams still count as received.
+const SLACK: u32 = 64;
+/// A jump of the sequence number further than this (either way) means the sender restarted.
+const RESTART: u32 = 1 << 20;
+
+/// Measures the loss of one sender's data datagrams from the gaps in their sequence numbers.
+///
+/// Datagrams are counted per epoch of 256 sequence numbers; a finished epoch's loss fraction
+/// is folded into an exponentially weighted average (weight 1/8, so the average spans about
+/// 2,000 datagrams). Datagrams the FEC layer recovered count as lost: this measures the path,
+/// which is what the sender must provision repair for.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct LossEstimator {
+    started: bool,
+    epoch_start: u32,
+    highest: u32,
+    seen: u32,
+    seen_next: u32,
+    average: Option<f64>,
+}
+
+impl LossEstimator {
+    /// Counts a received data datagram. Returns true when the sender evidently restarted (its
+    /// sequence numbers jumped), after which the measurement starts over.
+    pub(crate) fn on_datagram(&mut self, seq: u32) -> bool {
+        if !self.started {
+            *self = LossEstimator {
+                started: true,
+                epoch_start: seq,
+                highest: seq,
+                seen: 1,
+                seen_next: 0,
+                average: self.average,
+            };
+            return false;
+        }
+        let ahead = seq.wrapping_sub(self.highest);
+        let behind = self.highest.wrapping_sub(seq);
+        if ahead > RESTART && behind > RESTART {
+            self.started = false;
+            self.on_datagram(seq);
+            return true;
+        }
+        if ahead != 0 && ahead <= RESTART {
+            self.highest = seq;
+        }
+        let off = seq.wrapping_sub(self.epoch_start);
+        if off < EPOCH {
+            self.seen += 1;
+        } else if off < 2 * EPOCH {
+            self.seen_next += 1;
+        }
+        while self.highest.wrapping_sub(self.epoch_start) >= EPOCH + SLACK
+            && self.highest.wrapping_sub(self.epoch_start) <= RESTART
+        {
+            let lost = EPOCH.saturating_sub(self.seen);
+            let sample = f64::from(lost) / f64::from(EPOCH);
+            self.average = Some(match self.average {
+                None => sample,
+                Some(a) => a * 7.0 / 8.0 + sample / 8.0,
+            });
+            self.epoch_start = self.epoch_start.wrapping_add(EPOCH);
+            self.seen = self.seen_next;
+            self.seen_next = 0;
+        }
+        false
+    }
+
+    /// The measured loss fraction, once an epoch finished.
+    pub(crate) fn fraction(&self) -> Option<f64> {
+        self.average
+    }
+}
+
+/// Recovery shards for a window of `n` originals when the path loses each datagram with
+/// probability `p`: the fewest `r` for which more than `r` losses among the `n + r` datagrams
+/// is less likely than `target` (Poisson approximation of the binomial), at least 1 and at
+/// most `max`.
+pub fn repair_count(n: usize, p: f64, target: f64, max: usize) -> usize {
+    if n == 0 || max == 0 {
+        return 0;
+    }
+    let p = p.clamp(0.0, 0.5);
+    for r in 1..=max {
+        let lambda = (n + r) as f64 * p;
+        if poisson_tail(lambda, r) < target {
+            return r;
+        }
+    }
+    max
+}
+
+/// P(X > k) for X ~ Poisson(lambda).
+fn poisson_tail(lambda: f64, k: usize) -> f64 {
+    let mut term = (-lambda).exp();
+    let mut cdf = term;
+    for i in 1..=k {
+        term *= lambda / i as f64;
+        cdf += term;
+    }
+    (1.0 - cdf).max(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(est: &mut LossEstimator, from: u32, n: u32, lose_every: u32) {
+        for i in 0..n {
+            if lose_every == 0 || i % lose_every != 0 {
+                est.on_datagram(from.wrapping_add(i));
+            }
+        }
+    }
+
+    #[test]
+    fn measures_a_steady_loss_rate() {
+        let mut e = LossEstimator::default();
+        assert_eq!(e.fraction(), None);
+        run(&mut e, u32::MAX - 5000, 20_000, 50); // 2 %, across the wrap
+        let f = e.fraction().unwrap();
+        assert!((f - 0.02).abs() < 0.003, "{f}");
+        let mut clean = LossEstimator::default();
+        run(&mut clean, 0, 5_000, 0);
+        assert_eq!(clean.fraction(), Some(0.0));
+    }
+
+    #[test]
+    fn reordering_within_the_slack_is_not_loss() {
+        let mut e = LossEstimator::default();
+        for base in (0..4096u32).step_by(8) {
+            for i in [1, 0, 3, 2, 5, 4, 7, 6] {
+                e.on_datagram(base + i);
+            }
+        }
+        assert_eq!(e.fraction(), Some(0.0));
+    }
+
+    #[test]
+    fn a_restarted_sender_starts_over() {
+        let mut e = LossEstimator::default();
+        run(&mut e, 3_000_000, 1000, 0);
+        assert!(e.on_datagram(5));
+        assert!(!e.on_datagram(6));
+    }
+
+    #[test]
+    fn repair_grows_with_window_and_loss() {
+        assert_eq!(repair_count(0, 0.01, 1e-3, 100), 0);
+        assert_eq!(repair_count(10, 0.0, 1e-3, 100), 1);
+        let small = repair_count(100, 0.01, 1e-3, 500);
+        let big = repair_count(1000, 0.01, 1e-3, 500);
+        let lossy = repair_count(1000, 0.05, 1e-3, 500);
+        assert!(small < big && big < lossy, "{small} {big} {lossy}");
+        // 1000 datagrams at 1 %: about 10 losses expected; 20 covers all but 1 in 1,000.
+        assert!((18..=25).contains(&big), "{big}");
+        assert_eq!(repair_count(1000, 0.5, 1e-3, 64), 64);
+    }
+}

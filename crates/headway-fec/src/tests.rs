@@ -1,0 +1,323 @@
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+
+use super::*;
+
+/// A fixed start instant (the sanctioned clock's epoch; the core never reads a clock).
+fn t0() -> Instant {
+    headway_core::clock::ManualClock::new().epoch()
+}
+
+fn a() -> SocketAddr {
+    "192.0.2.1:4433".parse().unwrap()
+}
+fn b() -> SocketAddr {
+    "192.0.2.2:4433".parse().unwrap()
+}
+
+fn params() -> PathParams {
+    PathParams {
+        protect: true,
+        idle_gap: Duration::from_millis(5),
+        span: Duration::from_millis(500),
+    }
+}
+
+fn pair() -> (Fec, Fec) {
+    let mut tx = Fec::new(Config::default());
+    let mut rx = Fec::new(Config::default());
+    tx.configure(b(), params());
+    rx.configure(a(), params());
+    (tx, rx)
+}
+
+/// A datagram of `len` bytes that says which one it is.
+fn datagram(i: usize, len: usize) -> Vec<u8> {
+    let mut d: Vec<u8> = (0..len).map(|j| (i * 31 + j * 7) as u8).collect();
+    if len >= 4 {
+        d[..4].copy_from_slice(&(i as u32).to_be_bytes());
+    }
+    d
+}
+
+/// Sends `sizes` from tx (at a) to rx (at b), dropping the indices in `lose`, then lets the
+/// burst end; returns (what rx delivered directly, what it restored).
+fn burst(
+    tx: &mut Fec,
+    rx: &mut Fec,
+    t0: Instant,
+    sizes: &[usize],
+    lose: &[usize],
+    lose_repair: &[usize],
+) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let mut delivered = Vec::new();
+    let mut now = t0;
+    for (i, &len) in sizes.iter().enumerate() {
+        now += Duration::from_micros(100);
+        let payload = datagram(i, len);
+        let h = tx.handle_send(now, b(), &payload);
+        let mut wire = h.to_vec();
+        wire.extend_from_slice(&payload);
+        if lose.contains(&i) {
+            continue;
+        }
+        match rx.handle_recv(now, a(), &wire) {
+            Received::Data { offset } => delivered.push(wire[offset..].to_vec()),
+            other => panic!("{other:?}"),
+        }
+    }
+    let deadline = tx.poll_timeout().expect("a burst is open");
+    assert_eq!(deadline, now + params().idle_gap);
+    tx.handle_timeout(deadline - Duration::from_micros(1));
+    assert!(tx.poll_transmit().is_none(), "not idle yet");
+    tx.handle_timeout(deadline);
+    assert!(tx.poll_timeout().is_none());
+    let mut k = 0;
+    while let Some((to, d)) = tx.poll_transmit() {
+        assert_eq!(to, b());
+        if !lose_repair.contains(&k) {
+            assert_eq!(rx.handle_recv(deadline, a(), &d), Received::Repair);
+        }
+        k += 1;
+    }
+    let mut restored = Vec::new();
+    while let Some((from, d)) = rx.poll_recovered() {
+        assert_eq!(from, a());
+        restored.push(d);
+    }
+    (delivered, restored)
+}
+
+#[test]
+fn a_lost_tail_is_restored_from_repair() {
+    let (mut tx, mut rx) = pair();
+    let sizes: Vec<usize> = (0..200).map(|i| 1200 + (i * 13) % 250).collect();
+    let lose = [3, 77, 198, 199];
+    let (delivered, restored) = burst(&mut tx, &mut rx, t0(), &sizes, &lose, &[]);
+    assert_eq!(delivered.len(), 196);
+    let want: Vec<Vec<u8>> = lose.iter().map(|&i| datagram(i, sizes[i])).collect();
+    assert_eq!(restored, want);
+    let (ts, rs) = (tx.stats(), rx.stats());
+    assert_eq!(ts.windows, 1);
+    assert!(ts.repair_sent >= 4, "{ts:?}");
+    assert_eq!(rs.recovered, 4);
+    assert_eq!(rs.unrecoverable, 0);
+}
+
+#[test]
+fn more_losses_than_repair_restore_nothing() {
+    let (mut tx, mut rx) = pair();
+    let sizes = vec![1000; 100];
+    let lose: Vec<usize> = (0..40).collect();
+    let (_, restored) = burst(&mut tx, &mut rx, t0(), &sizes, &lose, &[]);
+    assert!(restored.is_empty());
+    assert!(rx.stats().recovered == 0);
+}
+
+#[test]
+fn lost_repair_shards_are_replaced_by_the_others() {
+    let (mut tx, mut rx) = pair();
+    let sizes = vec![1400; 500];
+    let (_, restored) = burst(&mut tx, &mut rx, t0(), &sizes, &[10], &[0, 1]);
+    assert_eq!(restored, vec![datagram(10, 1400)]);
+}
+
+#[test]
+fn small_bursts_and_unprotected_paths_send_no_repair() {
+    let (mut tx, mut rx) = pair();
+    let t0 = t0();
+    let (_, restored) = burst(&mut tx, &mut rx, t0, &[1000, 1000, 1000], &[1], &[]);
+    assert!(restored.is_empty());
+    assert_eq!(tx.stats().repair_sent, 0);
+    // Small datagrams (acknowledgements) are neither kept nor open a burst.
+    let h = tx.handle_send(t0, b(), &[0; 60]);
+    assert_eq!(Kind::of(h[0]), Some(Kind::Data));
+    assert_eq!(tx.poll_timeout(), None);
+    // ... nor hold back the repair of a burst they follow.
+    for i in 0..20 {
+        tx.handle_send(t0 + Duration::from_millis(i), b(), &[0; 1400]);
+    }
+    let deadline = tx.poll_timeout().unwrap();
+    for i in 20..40 {
+        tx.handle_send(t0 + Duration::from_millis(i), b(), &[0; 50]);
+    }
+    assert_eq!(tx.poll_timeout(), Some(deadline));
+
+    let mut off = Fec::new(Config::default());
+    off.configure(
+        b(),
+        PathParams {
+            protect: false,
+            ..params()
+        },
+    );
+    let h = off.handle_send(t0, b(), &[0; 1400]);
+    assert_eq!(Kind::of(h[0]), Some(Kind::Data));
+    assert_eq!(off.poll_timeout(), None);
+}
+
+#[test]
+fn datagrams_without_fec_pass_through() {
+    let (_, mut rx) = pair();
+    let quic_short = [0x43u8, 1, 2, 3];
+    assert_eq!(rx.handle_recv(t0(), a(), &quic_short), Received::Plain);
+    assert_eq!(rx.handle_recv(t0(), a(), &[0xA1, 0]), Received::Invalid);
+    assert_eq!(rx.stats().plain_received, 1);
+    assert_eq!(rx.stats().invalid, 1);
+}
+
+#[test]
+fn the_receivers_loss_report_sizes_the_senders_repair() {
+    let t0 = t0();
+    let mut repair_at = Vec::new();
+    for every in [0usize, 20] {
+        let (mut tx, mut rx) = pair();
+        let mut now = t0;
+        // A long transfer a → b losing one in `every`, while b sends a → the reports.
+        for i in 0..4000 {
+            now += Duration::from_micros(50);
+            let h = tx.handle_send(now, b(), &[7; 1200]);
+            if every == 0 || i % every != 0 {
+                let mut w = h.to_vec();
+                w.extend_from_slice(&[7; 1200]);
+                rx.handle_recv(now, a(), &w);
+            }
+            if i % 2 == 0 {
+                let back = rx.handle_send(now, a(), &[1; 40]);
+                let mut w = back.to_vec();
+                w.extend_from_slice(&[1; 40]);
+                tx.handle_recv(now, b(), &w);
+            }
+        }
+        tx.handle_timeout(now + Duration::from_millis(10));
+        let mut n = 0;
+        while tx.poll_transmit().is_some() {
+            n += 1;
+        }
+        repair_at.push(n);
+    }
+    // The window is the last 500 ms of datagrams (here all 2,048 kept), at 0 % and 5 % loss.
+    assert!(repair_at[0] < 20, "{repair_at:?}"); // 0.1 % assumed at least
+    assert!(repair_at[1] > 100, "{repair_at:?}");
+}
+
+#[test]
+fn cancelled_sends_keep_sequence_numbers_consecutive() {
+    let (mut tx, mut rx) = pair();
+    let mut now = t0();
+    let mut wires = Vec::new();
+    for i in 0..20 {
+        now += Duration::from_micros(100);
+        let p = datagram(i, 1000);
+        let h = tx.handle_send(now, b(), &p);
+        if (5..8).contains(&i) {
+            // As a socket that would block: the datagram was never sent.
+            tx.cancel_send(b(), 1, 1);
+            continue;
+        }
+        let mut w = h.to_vec();
+        w.extend_from_slice(&p);
+        wires.push(w);
+    }
+    let seqs: Vec<u32> = wires
+        .iter()
+        .map(|w| Header::parse(w).unwrap().seq)
+        .collect();
+    assert_eq!(seqs, (0..17).collect::<Vec<u32>>());
+    assert_eq!(tx.stats().data_sent, 17);
+    // The window holds exactly the 17 sent: losing the last of them is repaired.
+    for w in &wires[..16] {
+        rx.handle_recv(now, a(), w);
+    }
+    tx.handle_timeout(now + Duration::from_millis(10));
+    while let Some((_, d)) = tx.poll_transmit() {
+        rx.handle_recv(now, a(), &d);
+    }
+    let (_, got) = rx.poll_recovered().expect("restored");
+    assert_eq!(got, datagram(19, 1000));
+}
+
+#[test]
+fn a_window_reaches_back_only_one_span() {
+    let (mut tx, _) = pair();
+    let t0 = t0();
+    for i in 0..50 {
+        tx.handle_send(t0 + Duration::from_millis(i * 20), b(), &[0; 1000]);
+    }
+    // Sent over 1 s with a 500 ms span: the window holds the last ~25.
+    let last = t0 + Duration::from_millis(49 * 20);
+    tx.handle_timeout(last + Duration::from_millis(5));
+    let (_, d) = tx.poll_transmit().expect("repair");
+    let (rh, _) = RepairHeader::parse(&d[Header::LEN..]).unwrap();
+    assert!((24..=27).contains(&rh.count), "{rh:?}");
+    assert_eq!(rh.first + u32::from(rh.count), 50);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Any burst with any loss pattern: whatever is restored is exactly what was lost, and
+    /// when the losses (data and repair) do not exceed the repair, everything is restored.
+    #[test]
+    fn restores_exactly_what_was_lost(
+        sizes in proptest::collection::vec(256usize..1500, 8..300),
+        lose_seed in any::<u64>(),
+        loss_pct in 0u64..8,
+    ) {
+        let (mut tx, mut rx) = pair();
+        let mut x = lose_seed | 1;
+        let mut lose = Vec::new();
+        for i in 0..sizes.len() {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            if x % 100 < loss_pct { lose.push(i); }
+        }
+        let (_, restored) = burst(&mut tx, &mut rx, t0(), &sizes, &lose, &[]);
+        let lost: Vec<Vec<u8>> = lose.iter().map(|&i| datagram(i, sizes[i])).collect();
+        for r in &restored {
+            prop_assert!(lost.contains(r));
+        }
+        let bytes: usize = sizes.iter().sum();
+        if bytes >= Config::default().min_window_bytes
+            && lose.len() as u64 <= tx.stats().repair_sent
+        {
+            prop_assert_eq!(restored, lost);
+        }
+    }
+
+    /// Forged or corrupted repair datagrams never panic, and shards for a window whose
+    /// datagrams all arrived restore nothing.
+    #[test]
+    fn forged_repair_is_harmless(
+        forged in proptest::collection::vec(
+            (0u32..20, 1u16..20, 1u16..8, 0u16..8, proptest::collection::vec(any::<u8>(), 0..64)),
+            1..40,
+        ),
+        noise in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..20),
+    ) {
+        let (mut tx, mut rx) = pair();
+        let now = t0();
+        for i in 0..20 {
+            let p = datagram(i, 200);
+            let mut w = tx.handle_send(now, b(), &p).to_vec();
+            w.extend_from_slice(&p);
+            rx.handle_recv(now, a(), &w);
+        }
+        let repair = Header { kind: Kind::Repair, seq: 20, loss: LossReport::UNKNOWN }.emit();
+        for (first, count, recovery, index, shard) in forged {
+            let count = count.min(20 - first as u16).max(1);
+            let rh = RepairHeader { first, count, recovery, index: index % recovery };
+            let mut d = repair.to_vec();
+            d.extend_from_slice(&rh.emit());
+            d.extend_from_slice(&shard);
+            rx.handle_recv(now, a(), &d);
+        }
+        prop_assert!(rx.poll_recovered().is_none());
+        for n in noise {
+            let mut d = repair.to_vec();
+            d.extend_from_slice(&n);
+            rx.handle_recv(now, a(), &d);
+        }
+    }
+}

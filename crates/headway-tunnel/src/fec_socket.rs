@@ -1,0 +1,299 @@
+//! The tunnel's UDP socket with forward error correction between it and quinn.
+//!
+//! [`FecSocket`] wraps the runtime's UDP socket (`quinn::AsyncUdpSocket`, with its GSO/GRO
+//! batching) and runs every datagram through a [`headway_fec::Fec`]: each datagram quinn sends
+//! gets the FEC header (7 bytes) and, on a protected path, a copy in the send window; each
+//! datagram received loses its header before quinn sees it, repair shards are consumed, and
+//! datagrams restored from them are handed to quinn as if they had arrived. A task per socket
+//! waits for the end of each burst ([`headway_fec::Fec::poll_timeout`]) and sends its repair.
+//! The FEC decisions are all `headway-fec`'s; this module only moves bytes and keeps time.
+//!
+//! quinn sees datagrams 7 bytes smaller than the wire's: the endpoint lowers quinn's MTU
+//! discovery ceiling by [`headway_fec::REPAIR_OVERHEAD`] so that data and repair datagrams
+//! both fit the path.
+//!
+//! Both appliances of a pair must run FEC (the header is not QUIC); a datagram without the
+//! header is still accepted, so a peer that sends without FEC is understood.
+
+use std::fmt;
+use std::io::{self, IoSliceMut};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::task::{ready, Context, Poll};
+
+use headway_core::clock::SystemClock;
+use headway_fec::wire::Kind;
+use headway_fec::{Fec, PathParams, Received, Stats, OVERHEAD};
+use quinn::udp::{RecvMeta, Transmit};
+use quinn::{AsyncUdpSocket, UdpPoller};
+use tokio::sync::Notify;
+
+/// A UDP socket with FEC, for `quinn::Endpoint::new_with_abstract_socket`.
+pub(crate) struct FecSocket {
+    inner: Arc<dyn AsyncUdpSocket>,
+    state: Mutex<State>,
+    /// Set while the repair task knows a burst may be open; a send that finds it clear wakes
+    /// the task.
+    armed: AtomicBool,
+    wake: Arc<Notify>,
+}
+
+struct State {
+    fec: Fec,
+    /// The datagrams of one `try_send`, headers added.
+    buf: Vec<u8>,
+}
+
+impl fmt::Debug for FecSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FecSocket")
+            .field("inner", &self.inner)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FecSocket {
+    /// Wraps `inner` and starts the repair task (call inside a tokio runtime). The task ends
+    /// when the socket is dropped.
+    pub(crate) fn wrap(inner: Arc<dyn AsyncUdpSocket>, fec: Fec) -> Arc<Self> {
+        let wake = Arc::new(Notify::new());
+        let socket = Arc::new(Self {
+            inner,
+            state: Mutex::new(State {
+                fec,
+                buf: Vec::new(),
+            }),
+            armed: AtomicBool::new(false),
+            wake: wake.clone(),
+        });
+        tokio::spawn(repair_task(Arc::downgrade(&socket), wake));
+        socket
+    }
+
+    /// Sets the path parameters for a peer address.
+    pub(crate) fn configure(&self, addr: std::net::SocketAddr, params: PathParams) {
+        self.lock().fec.configure(addr, params);
+    }
+
+    /// The FEC counters.
+    pub(crate) fn stats(&self) -> Stats {
+        self.lock().fec.stats()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state stays consistent across a panic in another thread (no invariant spans an
+        // unwind point), so a poisoned lock is used as it is.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for FecSocket {
+    fn drop(&mut self) {
+        self.wake.notify_one();
+    }
+}
+
+impl AsyncUdpSocket for FecSocket {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        self.inner.clone().create_io_poller()
+    }
+
+    fn try_send(&self, transmit: &Transmit<'_>) -> io::Result<()> {
+        let seg = transmit
+            .segment_size
+            .unwrap_or(transmit.contents.len())
+            .max(1);
+        let now = SystemClock::now();
+        let mut guard = self.lock();
+        let State { fec, buf } = &mut *guard;
+        buf.clear();
+        let (mut sent, mut kept) = (0, 0);
+        for datagram in transmit.contents.chunks(seg) {
+            let header = fec.handle_send(now, transmit.destination, datagram);
+            kept += usize::from(Kind::of(header[0]) == Some(Kind::Kept));
+            sent += 1;
+            buf.extend_from_slice(&header);
+            buf.extend_from_slice(datagram);
+        }
+        let r = self.inner.try_send(&Transmit {
+            destination: transmit.destination,
+            ecn: transmit.ecn,
+            contents: buf,
+            segment_size: transmit.segment_size.map(|s| s + OVERHEAD),
+            src_ip: transmit.src_ip,
+        });
+        if r.is_err() {
+            // Not sent (quinn retries the same datagrams): keep the sequence consecutive.
+            fec.cancel_send(transmit.destination, sent, kept);
+        }
+        drop(guard);
+        if r.is_ok() && !self.armed.swap(true, Ordering::AcqRel) {
+            self.wake.notify_one();
+        }
+        r
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            let restored = deliver_restored(&mut self.lock().fec, bufs, meta, 0);
+            if restored > 0 {
+                return Poll::Ready(Ok(restored));
+            }
+            let got = ready!(self.inner.poll_recv(cx, bufs, meta))?;
+            let now = SystemClock::now();
+            let mut state = self.lock();
+            let mut out = 0;
+            for i in 0..got.min(bufs.len()).min(meta.len()) {
+                let m = meta[i];
+                let len = strip(&mut state.fec, now, &m, &mut bufs[i]);
+                if len.0 == 0 {
+                    continue;
+                }
+                if out != i {
+                    let (head, tail) = bufs.split_at_mut(i);
+                    head[out][..len.0].copy_from_slice(&tail[0][..len.0]);
+                }
+                meta[out] = RecvMeta {
+                    len: len.0,
+                    stride: len.1,
+                    ..m
+                };
+                out += 1;
+            }
+            out = deliver_restored(&mut state.fec, bufs, meta, out);
+            if out > 0 {
+                return Poll::Ready(Ok(out));
+            }
+            // Only repair shards (or malformed datagrams) arrived: read again.
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        self.inner.max_transmit_segments()
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.inner.max_receive_segments()
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.inner.may_fragment()
+    }
+}
+
+/// Runs each datagram of one receive buffer (`meta.len` bytes in segments of `meta.stride`)
+/// through the FEC layer and packs what quinn should see to the front of the buffer. Returns
+/// the bytes kept and their stride (every segment but the last is that long: GRO only
+/// coalesces datagrams of one size, and the header is the same size on each).
+fn strip(fec: &mut Fec, now: std::time::Instant, m: &RecvMeta, buf: &mut [u8]) -> (usize, usize) {
+    let len = m.len.min(buf.len());
+    let stride = m.stride.max(1);
+    let mut written = 0;
+    let mut first = None;
+    let mut off = 0;
+    while off < len {
+        let end = (off + stride).min(len);
+        let keep = match fec.handle_recv(now, m.addr, &buf[off..end]) {
+            Received::Data { offset } => Some(off + offset),
+            Received::Plain => Some(off),
+            Received::Repair | Received::Invalid => None,
+        };
+        if let Some(from) = keep {
+            let n = end - from;
+            buf.copy_within(from..end, written);
+            written += n;
+            first.get_or_insert(n);
+        }
+        off = end;
+    }
+    (written, first.unwrap_or(0).max(1))
+}
+
+/// Copies restored datagrams into the free receive slots from `out` on; returns the slots
+/// used in all. What does not fit waits for the next call.
+fn deliver_restored(
+    fec: &mut Fec,
+    bufs: &mut [IoSliceMut<'_>],
+    meta: &mut [RecvMeta],
+    mut out: usize,
+) -> usize {
+    while out < bufs.len() && out < meta.len() {
+        let Some((addr, datagram)) = fec.poll_recovered() else {
+            break;
+        };
+        if datagram.is_empty() || datagram.len() > bufs[out].len() {
+            continue;
+        }
+        bufs[out][..datagram.len()].copy_from_slice(&datagram);
+        meta[out] = RecvMeta {
+            addr,
+            len: datagram.len(),
+            stride: datagram.len(),
+            ecn: None,
+            dst_ip: None,
+        };
+        out += 1;
+    }
+    out
+}
+
+/// Sends each burst's repair when the burst ends; returns when the socket is dropped.
+async fn repair_task(socket: Weak<FecSocket>, wake: Arc<Notify>) {
+    loop {
+        let deadline = {
+            let Some(s) = socket.upgrade() else { return };
+            s.armed.store(false, Ordering::Release);
+            let d = s.lock().fec.poll_timeout();
+            if d.is_some() {
+                s.armed.store(true, Ordering::Release);
+            }
+            d
+        };
+        match deadline {
+            None => wake.notified().await,
+            Some(t) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(t.into()) => {}
+                    () = wake.notified() => {}
+                }
+            }
+        }
+        let Some(s) = socket.upgrade() else { return };
+        let repair: Vec<_> = {
+            let mut state = s.lock();
+            state.fec.handle_timeout(SystemClock::now());
+            std::iter::from_fn(|| state.fec.poll_transmit()).collect()
+        };
+        if repair.is_empty() {
+            continue;
+        }
+        let mut poller = s.inner.clone().create_io_poller();
+        for (destination, datagram) in repair {
+            let t = Transmit {
+                destination,
+                ecn: None,
+                contents: &datagram,
+                segment_size: None,
+                src_ip: None,
+            };
+            // Repair is best effort: one wait for a full send buffer, then it is dropped.
+            if let Err(e) = s.inner.try_send(&t) {
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    let _ = std::future::poll_fn(|cx| poller.as_mut().poll_writable(cx)).await;
+                    let _ = s.inner.try_send(&t);
+                }
+            }
+        }
+    }
+}
