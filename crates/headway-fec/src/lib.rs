@@ -690,6 +690,11 @@ fn restore(
     let mut out = Vec::with_capacity(missing.len());
     for (i, shard) in result.restored_original_iter() {
         let len = usize::from(u16::from_be_bytes([shard[0], shard[1]]));
+        // The sender keeps nothing empty or over MAX_KEPT: such a length comes from forged or
+        // mismatched shards, and is not handed up.
+        if len == 0 || len > MAX_KEPT {
+            continue;
+        }
         let data = shard.get(2..2 + len)?;
         out.push((rh.first.wrapping_add(i as u32), data.to_vec()));
     }
