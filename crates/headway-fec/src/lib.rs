@@ -252,6 +252,13 @@ impl Peer {
         }
     }
 
+    /// What this side measured of the loss from the peer, for the headers it sends.
+    fn loss_report(&self) -> LossReport {
+        self.loss
+            .fraction()
+            .map_or(LossReport::UNKNOWN, LossReport::from_fraction)
+    }
+
     fn clear_window(&mut self) {
         self.window.clear();
         self.window_bytes = 0;
@@ -363,10 +370,7 @@ impl Fec {
             });
             peer.window_bytes += payload.len();
         }
-        let loss = peer
-            .loss
-            .fraction()
-            .map_or(LossReport::UNKNOWN, LossReport::from_fraction);
+        let loss = peer.loss_report();
         self.stats.data_sent += 1;
         self.stats.kept_sent += u64::from(keep);
         Header {
@@ -493,15 +497,11 @@ impl Fec {
                 self.peers.remove(&old);
             }
         }
-        let params = self
-            .paths
-            .get(&addr)
-            .copied()
-            .unwrap_or(self.config.default_path);
+        let (paths, default) = (&self.paths, self.config.default_path);
         let peer = self
             .peers
             .entry(addr)
-            .or_insert_with(|| Peer::new(params, now));
+            .or_insert_with(|| Peer::new(paths.get(&addr).copied().unwrap_or(default), now));
         peer.last_active = now;
         peer
     }
@@ -548,10 +548,7 @@ impl Fec {
         let header = Header {
             kind: Kind::Repair,
             seq: peer.next_seq,
-            loss: peer
-                .loss
-                .fraction()
-                .map_or(LossReport::UNKNOWN, LossReport::from_fraction),
+            loss: peer.loss_report(),
         }
         .emit();
         peer.clear_window();

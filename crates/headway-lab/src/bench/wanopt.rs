@@ -427,10 +427,9 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
             &format!("{label} 1st"),
             args.cell_timeout,
         )?;
-        cell.first_traffic = pair.traffic(Side::Branch)?.since(before);
-        cell.first_fec_restored = pair.stats(Side::Branch)?["tunnel"]["fec_recovered"]
-            .as_u64()
-            .unwrap_or(0);
+        let after = pair.stats(Side::Branch)?;
+        cell.first_traffic = Traffic::of(&after).since(before);
+        cell.first_fec_restored = after["tunnel"]["fec_recovered"].as_u64().unwrap_or(0);
         cell.first = first.as_ref().map(|f| f.total_seconds);
         cell.first_header = first.as_ref().map(|f| f.header_seconds);
         cell.second = timed_fetch(
