@@ -22,6 +22,8 @@ fn params() -> PathParams {
         protect: true,
         idle_gap: Duration::from_millis(5),
         span: Duration::from_millis(500),
+        block: MAX_BLOCK,
+        tail_bytes: 200 * 1200,
     }
 }
 
@@ -320,4 +322,103 @@ proptest! {
             rx.handle_recv(now, a(), &d);
         }
     }
+}
+
+#[test]
+fn a_full_block_is_repaired_at_once_and_its_loss_restored_mid_burst() {
+    let (mut tx, mut rx) = pair();
+    let mut now = t0();
+    let mut restored = Vec::new();
+    // 3 blocks of a long burst, one datagram lost early in each; handle_sent after every
+    // send batch of 10, as the socket does.
+    let total = 3 * MAX_BLOCK;
+    for i in 0..total {
+        now += Duration::from_micros(100);
+        let payload = datagram(i, 1200);
+        let mut wire = tx.handle_send(now, b(), &payload).to_vec();
+        wire.extend_from_slice(&payload);
+        if i % MAX_BLOCK != 3 {
+            assert!(matches!(
+                rx.handle_recv(now, a(), &wire),
+                Received::Data { .. }
+            ));
+        }
+        if i % 10 == 9 || i + 1 == total {
+            tx.handle_sent(now, b());
+            while let Some((_, d)) = tx.poll_transmit() {
+                assert_eq!(rx.handle_recv(now, a(), &d), Received::Repair);
+            }
+            while let Some((_, d)) = rx.poll_recovered() {
+                // Restored within a block and a send batch of its loss: inside the 128
+                // packets QUIC still accepts.
+                let lost = u32::from_be_bytes(d[..4].try_into().unwrap()) as usize;
+                assert!(i - lost < MAX_BLOCK + 10, "restored {lost} at {i}");
+                restored.push(lost);
+            }
+        }
+    }
+    // Checked every 10 datagrams, windows close at 120 and 240: every loss was restored
+    // before the burst ended; the last 96 datagrams wait for the idle gap.
+    assert_eq!(restored, vec![3, MAX_BLOCK + 3, 2 * MAX_BLOCK + 3]);
+    assert_eq!(tx.stats().windows, 2);
+    let idle = tx.poll_timeout().expect("the rest of the burst is open");
+    tx.handle_timeout(idle);
+    assert_eq!(tx.stats().windows, 3);
+
+    // The last window of a long burst is protected however small; a burst that small on its
+    // own is not.
+    let mut now = idle + Duration::from_millis(10);
+    for i in 0..(MAX_BLOCK + 2) {
+        now += Duration::from_micros(100);
+        tx.handle_send(now, b(), &datagram(i, 1200));
+        tx.handle_sent(now, b());
+    }
+    assert_eq!(tx.stats().windows, 4, "the full block");
+    let idle = tx.poll_timeout().unwrap();
+    tx.handle_timeout(idle);
+    assert_eq!(tx.stats().windows, 5, "its 2-datagram tail");
+    now = idle + Duration::from_millis(10);
+    tx.handle_send(now, b(), &datagram(0, 1200));
+    tx.handle_sent(now, b());
+    let idle = tx.poll_timeout().unwrap();
+    tx.handle_timeout(idle);
+    assert_eq!(tx.stats().windows, 5, "a lone small burst");
+}
+
+#[test]
+fn blocks_fit_the_link() {
+    let p = PathParams::for_link(44_000_000, Duration::from_millis(300));
+    assert!(p.protect);
+    assert_eq!(p.block, MAX_BLOCK);
+    // 44 Mbit/s, 90 ms: 330 packets in flight, a block of 82.
+    let p = PathParams::for_link(44_000_000, Duration::from_millis(90));
+    assert!(p.protect);
+    assert_eq!(p.block, 82);
+    // 6 Mbit/s, 300 ms: 150 packets in flight, a block of 37: too small to be worth its
+    // repair (3 shards of 40 at 1 % loss); so is anything slower.
+    assert!(!PathParams::for_link(6_000_000, Duration::from_millis(300)).protect);
+    assert!(!PathParams::for_link(1_500_000, Duration::from_millis(300)).protect);
+    // Faster than 1 Gbit/s: not protected.
+    assert!(!PathParams::for_link(10_000_000_000, Duration::from_millis(300)).protect);
+}
+
+#[test]
+fn only_the_tail_of_a_long_transfer_is_repaired() {
+    let (mut tx, _) = pair();
+    let mut now = t0();
+    // The application hands 1,000 datagrams' worth to the transport at once; the tail is
+    // 200 datagrams' worth.
+    tx.handle_written(now, b(), 1000 * 1200);
+    for i in 0..1000 {
+        now += Duration::from_micros(100);
+        tx.handle_send(now, b(), &datagram(i, 1200));
+        tx.handle_sent(now, b());
+    }
+    let s = tx.stats();
+    // Blocks close at 112, 224, … 896: those ending with more than 200 datagrams unsent
+    // (the first seven) are let go; the eighth (ending at 896, 104 unsent) is repaired.
+    assert_eq!((s.skipped, s.windows), (7, 1), "{s:?}");
+    tx.handle_timeout(tx.poll_timeout().unwrap());
+    assert_eq!(tx.stats().windows, 2, "and the burst's last window");
+    assert!(tx.poll_transmit().is_some());
 }

@@ -83,7 +83,7 @@ impl Default for PairOptions {
             rtt: Duration::from_millis(100),
             class: "dedup-disk",
             disk_store: "2GiB",
-            fec: false,
+            fec: true,
         }
     }
 }

@@ -52,7 +52,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use headway_core::Rate;
@@ -142,11 +142,11 @@ pub struct Options {
     pub handshake_timeout: Duration,
     /// Limit for reading an inbound stream's flow header (default 10 s).
     pub header_timeout: Duration,
-    /// Forward error correction on the tunnel's datagrams (`headway-fec`; default off, still
-    /// being evaluated): every burst to a peer whose link is at most 1 Gbit/s ends with
-    /// Reed-Solomon repair sized to the loss that peer measures, so a lost packet near the end
-    /// of a transfer is restored at once instead of a round trip later. Both appliances of a
-    /// pair must agree.
+    /// Forward error correction on the tunnel's datagrams (`headway-fec`; default on): towards
+    /// a peer whose path `headway_fec::PathParams::for_link` protects, the tail of each
+    /// transfer goes in blocks followed by Reed-Solomon repair sized to the loss that peer
+    /// measures, so a lost packet near the end of a transfer is restored at once instead of a
+    /// round trip later. Both appliances of a pair must agree.
     pub fec: bool,
 }
 
@@ -159,7 +159,7 @@ impl Default for Options {
             keep_alive: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(10),
             header_timeout: Duration::from_secs(10),
-            fec: false,
+            fec: true,
         }
     }
 }
@@ -179,6 +179,33 @@ pub struct InboundFlow {
     pub send: SendStream,
     /// Bytes from the peer's side of the flow (after the header).
     pub recv: RecvStream,
+    /// Counts what is written to `send` for the tunnel's FEC (see [`WriteMeter`]).
+    pub meter: WriteMeter,
+}
+
+/// Tells the tunnel how many stream bytes the application wrote towards one peer, so that its
+/// forward error correction repairs only the tail of a transfer (`headway_fec::PathParams::
+/// tail_bytes`). A no-op when the tunnel runs without FEC. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct WriteMeter {
+    target: Option<(Weak<FecSocket>, SocketAddr)>,
+}
+
+impl WriteMeter {
+    fn new(fec: Option<&Arc<FecSocket>>, addr: SocketAddr) -> Self {
+        Self {
+            target: fec.map(|f| (Arc::downgrade(f), addr)),
+        }
+    }
+
+    /// `bytes` more were written to a stream of this connection.
+    pub fn add(&self, bytes: u64) {
+        if let Some((fec, addr)) = &self.target {
+            if let Some(fec) = fec.upgrade() {
+                fec.note_written(*addr, bytes);
+            }
+        }
+    }
 }
 
 /// A handshake the endpoint refused or that failed, from [`Endpoint::next_refusal`].
@@ -501,6 +528,7 @@ impl Endpoint {
         let mut slot = slot.lock().await;
         if let Some(conn) = slot.as_ref().filter(|c| c.close_reason().is_none()) {
             return Ok(Connection {
+                meter: WriteMeter::new(shared.fec.as_ref(), conn.remote_address()),
                 inner: conn.clone(),
                 peer,
             });
@@ -545,7 +573,11 @@ impl Endpoint {
         *slot = Some(conn.clone());
         let span = debug_span!("tunnel_conn", peer = %config.name, remote = %config.addr);
         tokio::spawn(accept_streams(shared.clone(), conn.clone(), peer).instrument(span));
-        Ok(Connection { inner: conn, peer })
+        Ok(Connection {
+            meter: WriteMeter::new(shared.fec.as_ref(), conn.remote_address()),
+            inner: conn,
+            peer,
+        })
     }
 
     /// The next flow opened by any peer; `None` once the endpoint is closed. Cancel-safe.
@@ -614,6 +646,7 @@ impl std::fmt::Debug for Endpoint {
 pub struct Connection {
     inner: quinn::Connection,
     peer: PeerId,
+    meter: WriteMeter,
 }
 
 impl Connection {
@@ -627,6 +660,11 @@ impl Connection {
         let (mut send, recv) = self.inner.open_bi().await?;
         send.write_all(&header.to_bytes()).await?;
         Ok((send, recv))
+    }
+
+    /// The meter to count what is written to this connection's streams.
+    pub fn write_meter(&self) -> WriteMeter {
+        self.meter.clone()
     }
 
     /// The peer at the other end.
@@ -659,6 +697,10 @@ impl Connection {
         self.inner.close(code::SHUTDOWN, b"closed");
     }
 }
+
+/// Packets beyond a FEC block that quinn waits for before declaring a packet of the block lost
+/// (the block's repair shards and a send batch).
+const FEC_REORDER_SLACK: usize = 32;
 
 fn transport_config(peer: &PeerConfig, options: &Options) -> Result<TransportConfig, BindError> {
     const MIB: u64 = 1 << 20;
@@ -698,6 +740,14 @@ fn transport_config(peer: &PeerConfig, options: &Options) -> Result<TransportCon
         let mut mtu = quinn::MtuDiscoveryConfig::default();
         mtu.upper_bound((ceiling - headway_fec::REPAIR_OVERHEAD) as u16);
         t.mtu_discovery_config(Some(mtu));
+        let path = headway_fec::PathParams::for_link(peer.link_rate.bps(), peer.rtt_estimate);
+        if path.protect {
+            // A datagram lost in a block is restored once the block's repair arrives, up to a
+            // block and its repair later: declaring it lost three packets on (RFC 9002's
+            // threshold) would retransmit what FEC restores. The time threshold (9/8 RTT)
+            // still bounds how late a loss FEC could not repair is found.
+            t.packet_threshold((path.block + FEC_REORDER_SLACK) as u32);
+        }
     }
     Ok(t)
 }
@@ -798,7 +848,10 @@ async fn accept_streams(shared: Arc<Shared>, conn: quinn::Connection, peer: Peer
     loop {
         match conn.accept_bi().await {
             Ok((send, recv)) => {
-                tokio::spawn(accept_stream(shared.clone(), peer, send, recv).in_current_span());
+                let meter = WriteMeter::new(shared.fec.as_ref(), conn.remote_address());
+                tokio::spawn(
+                    accept_stream(shared.clone(), peer, send, recv, meter).in_current_span(),
+                );
             }
             Err(e) => {
                 debug!(peer = %shared.peers[peer.0].name, error = %e, "tunnel connection ended");
@@ -808,7 +861,13 @@ async fn accept_streams(shared: Arc<Shared>, conn: quinn::Connection, peer: Peer
     }
 }
 
-async fn accept_stream(shared: Arc<Shared>, peer: PeerId, send: SendStream, mut recv: RecvStream) {
+async fn accept_stream(
+    shared: Arc<Shared>,
+    peer: PeerId,
+    send: SendStream,
+    mut recv: RecvStream,
+    meter: WriteMeter,
+) {
     let read = tokio::time::timeout(shared.options.header_timeout, read_header(&mut recv)).await;
     let header = match read {
         Ok(Ok(h)) => h,
@@ -824,6 +883,7 @@ async fn accept_stream(shared: Arc<Shared>, peer: PeerId, send: SendStream, mut 
         header,
         send,
         recv,
+        meter,
     };
     // Waits while the queue is full: that is the backpressure on new flows.
     if let Err(mpsc::error::SendError(mut flow)) = shared.inbound_tx.send(flow).await {

@@ -77,6 +77,13 @@ impl FecSocket {
         self.lock().fec.configure(addr, params);
     }
 
+    /// The application wrote `bytes` more of stream data towards `addr`.
+    pub(crate) fn note_written(&self, addr: std::net::SocketAddr, bytes: u64) {
+        self.lock()
+            .fec
+            .handle_written(SystemClock::now(), addr, bytes);
+    }
+
     /// The FEC counters.
     pub(crate) fn stats(&self) -> Stats {
         self.lock().fec.stats()
@@ -127,6 +134,24 @@ impl AsyncUdpSocket for FecSocket {
         if r.is_err() {
             // Not sent (quinn retries the same datagrams): keep the sequence consecutive.
             fec.cancel_send(transmit.destination, sent, kept);
+        } else {
+            // A full block's repair goes out right behind it (best effort: a full socket
+            // buffer drops it, and the transport's retransmission covers the loss).
+            fec.handle_sent(now, transmit.destination);
+            let mut repair = 0;
+            while let Some((destination, datagram)) = fec.poll_transmit() {
+                repair += 1;
+                let _ = self.inner.try_send(&Transmit {
+                    destination,
+                    ecn: None,
+                    contents: &datagram,
+                    segment_size: None,
+                    src_ip: None,
+                });
+            }
+            if repair > 0 {
+                tracing::trace!(datagrams = repair, "fec: block full, sent its repair");
+            }
         }
         drop(guard);
         if r.is_ok() && !self.armed.swap(true, Ordering::AcqRel) {
@@ -144,6 +169,7 @@ impl AsyncUdpSocket for FecSocket {
         loop {
             let restored = deliver_restored(&mut self.lock().fec, bufs, meta, 0);
             if restored > 0 {
+                tracing::trace!(restored, "fec: restored datagrams handed to quinn");
                 return Poll::Ready(Ok(restored));
             }
             let got = ready!(self.inner.poll_recv(cx, bufs, meta))?;
@@ -167,7 +193,14 @@ impl AsyncUdpSocket for FecSocket {
                 };
                 out += 1;
             }
+            let received = out;
             out = deliver_restored(&mut state.fec, bufs, meta, out);
+            if out > received {
+                tracing::trace!(
+                    restored = out - received,
+                    "fec: restored datagrams handed to quinn"
+                );
+            }
             if out > 0 {
                 return Poll::Ready(Ok(out));
             }
@@ -278,6 +311,10 @@ async fn repair_task(socket: Weak<FecSocket>, wake: Arc<Notify>) {
         if repair.is_empty() {
             continue;
         }
+        tracing::trace!(
+            datagrams = repair.len(),
+            "fec: burst ended, sending its repair"
+        );
         let mut poller = s.inner.clone().create_io_poller();
         for (destination, datagram) in repair {
             let t = Transmit {

@@ -590,10 +590,11 @@ async fn fec_restores_datagrams_a_lossy_path_dropped() {
         let (a_id, b_id) = (Identity::generate().unwrap(), Identity::generate().unwrap());
         let (sa, sb, aa, ba) = two_sockets();
         let (ra, rb, relay) = lossy_relay(aa, ba, 20).await;
-        // A WAN-rate link, so the path is protected (FEC covers links up to 1 Gbit/s).
+        // A long fat WAN link, so the path is protected (FEC covers links up to 1 Gbit/s
+        // whose bandwidth-delay product holds 192 packets or more: 333 here).
         let wan = |name: &str, addr, fp| {
             let mut p = PeerConfig::new(name, addr, fp, Rate::from_mbps(200));
-            p.rtt_estimate = Duration::from_millis(5);
+            p.rtt_estimate = Duration::from_millis(20);
             p
         };
         let fec = Options {

@@ -581,7 +581,7 @@ async fn outbound_flow(shared: Arc<Shared>, route: Route, tcp: TcpStream, counte
     };
     Counters::add(&counters.flows_optimized, 1);
     let codec = shared.codec(route.class, route.peer);
-    if let Err(e) = pump::pump(tcp, send, recv, codec, &counters).await {
+    if let Err(e) = pump::pump(tcp, send, recv, codec, conn.write_meter(), &counters).await {
         Counters::add(&counters.flows_failed, 1);
         debug!(error = %e, "flow reset");
     }
@@ -654,7 +654,7 @@ async fn inbound_flow(shared: Arc<Shared>, flow: InboundFlow) {
         header,
         mut send,
         mut recv,
-        ..
+        meter,
     } = flow;
     let counters = shared.stats.group(shared.peer_name(peer), header.class);
     let refuse = |send: &mut headway_tunnel::SendStream, recv: &mut headway_tunnel::RecvStream| {
@@ -676,7 +676,7 @@ async fn inbound_flow(shared: Arc<Shared>, flow: InboundFlow) {
     };
     Counters::add(&counters.flows_optimized, 1);
     let codec = shared.codec(header.class, peer);
-    if let Err(e) = pump::pump(tcp, send, recv, codec, &counters).await {
+    if let Err(e) = pump::pump(tcp, send, recv, codec, meter, &counters).await {
         Counters::add(&counters.flows_failed, 1);
         debug!(error = %e, "flow reset");
     }

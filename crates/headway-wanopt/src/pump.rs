@@ -64,7 +64,7 @@ use headway_dedup::{
     ChunkStore, DecodeError, Decoder, DecoderConfig, DedupKey, EncodeError, Encoder, EncoderConfig,
     Mode, Need, PeerId, Token,
 };
-use headway_tunnel::{code, ReadError, RecvStream, SendStream, WriteError};
+use headway_tunnel::{code, ReadError, RecvStream, SendStream, WriteError, WriteMeter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
@@ -141,6 +141,7 @@ pub(crate) async fn pump(
     mut send: SendStream,
     mut recv: RecvStream,
     codec: FlowCodec,
+    meter: WriteMeter,
     counters: &Counters,
 ) -> Result<(), PumpError> {
     let enc = Encoder::new(
@@ -166,7 +167,7 @@ pub(crate) async fn pump(
     let r = {
         let (mut rd, mut wr) = tcp.split();
         tokio::try_join!(
-            upstream(&mut rd, &mut send, enc, rx, counters),
+            upstream(&mut rd, &mut send, enc, rx, &meter, counters),
             downstream(&mut wr, &mut recv, dec, tx, counters),
         )
     };
@@ -207,6 +208,7 @@ async fn upstream(
     send: &mut SendStream,
     mut enc: Encoder,
     mut ctrl: mpsc::UnboundedReceiver<Ctrl>,
+    meter: &WriteMeter,
     c: &Counters,
 ) -> Result<(), PumpError> {
     let mut buf = vec![0u8; READ_BUF];
@@ -219,6 +221,7 @@ async fn upstream(
         while let Some(b) = enc.poll_transmit() {
             send.write_all(&b).await.map_err(PumpError::WanWrite)?;
             Counters::add(&c.wan_out, b.len() as u64);
+            meter.add(b.len() as u64);
         }
         chunks_seen.count(&enc, c);
         if lan_eof && local_done && peer_done {
@@ -236,11 +239,11 @@ async fn upstream(
             biased;
             m = ctrl.recv() => match m {
                 Some(Ctrl::OurNeed(n)) => {
-                    write_need(send, n, c).await?;
+                    write_need(send, n, meter, c).await?;
                     Counters::add(&c.needs_sent, 1);
                 }
                 Some(Ctrl::LocalDone) => {
-                    write_need(send, DONE, c).await?;
+                    write_need(send, DONE, meter, c).await?;
                     local_done = true;
                 }
                 Some(Ctrl::PeerNeed(n)) if n == DONE => peer_done = true,
@@ -294,11 +297,17 @@ impl ChunksSeen {
 }
 
 /// Writes one `Need` token (the back channel) on the stream.
-async fn write_need(send: &mut SendStream, need: Need, c: &Counters) -> Result<(), PumpError> {
+async fn write_need(
+    send: &mut SendStream,
+    need: Need,
+    meter: &WriteMeter,
+    c: &Counters,
+) -> Result<(), PumpError> {
     let mut b = BytesMut::new();
     Token::Need(need).emit(&mut b);
     send.write_all(&b).await.map_err(PumpError::WanWrite)?;
     Counters::add(&c.wan_out, b.len() as u64);
+    meter.add(b.len() as u64);
     Ok(())
 }
 

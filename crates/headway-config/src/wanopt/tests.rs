@@ -159,9 +159,9 @@ fn defaults_apply_and_any_destination_is_empty() {
     assert_eq!(w.retry_after, DEFAULT_RETRY_AFTER);
     assert_eq!(w.peers[0].rtt, DEFAULT_RTT);
     assert_eq!(w.disk_store, None);
-    assert!(!w.fec, "forward error correction is opt-in");
-    let with_fec = BASE.replacen("[wanopt]\n", "[wanopt]\nfec = true\n", 1);
-    assert!(f.parse(&with_fec).unwrap().wanopt.unwrap().fec);
+    assert!(w.fec, "forward error correction is on by default");
+    let without = BASE.replacen("[wanopt]\n", "[wanopt]\nfec = false\n", 1);
+    assert!(!f.parse(&without).unwrap().wanopt.unwrap().fec);
     let r = &w.intercept.as_ref().unwrap().rules[0];
     assert!(r.destinations.is_empty() && r.ports.is_empty());
     assert!(w.uses(ServiceClass::Compress) && !w.uses(ServiceClass::DedupDisk));

@@ -89,10 +89,10 @@ pub struct FileDownloadArgs {
     /// Skip the plain-TCP baseline (it dominates the run time at high loss).
     #[arg(long)]
     pub skip_baseline: bool,
-    /// Run the appliances with the tunnel's forward error correction (`[wanopt] fec = true`),
-    /// to see what it adds.
+    /// Run the appliances without the tunnel's forward error correction (`[wanopt] fec =
+    /// false`), to see what it adds.
     #[arg(long)]
-    pub fec: bool,
+    pub no_fec: bool,
     /// Where to write file-download.md and file-download.csv.
     #[arg(long, default_value = "lab-out/bench")]
     pub out: PathBuf,
@@ -201,8 +201,8 @@ impl FileDownloadArgs {
         if self.skip_baseline {
             s.push_str(" --skip-baseline");
         }
-        if self.fec {
-            s.push_str(" --fec");
+        if self.no_fec {
+            s.push_str(" --no-fec");
         }
         if self.seed != 1 {
             s += &format!(" --seed {}", self.seed);
@@ -391,7 +391,7 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
             pair.reconfigure(&PairOptions {
                 link_rate_bps: (c.bandwidth_mbps * 1e6).round() as u64,
                 rtt: Duration::from_millis(c.rtt_ms),
-                fec: args.fec,
+                fec: !args.no_fec,
                 ..PairOptions::default()
             })?;
             current = Some(key);
@@ -538,7 +538,7 @@ mod tests {
             losses: vec![],
             cell_timeout: Duration::from_secs(1),
             skip_baseline: false,
-            fec: false,
+            no_fec: false,
             seed: 1,
             out: PathBuf::new(),
             prefix: "hw-bench-".into(),
