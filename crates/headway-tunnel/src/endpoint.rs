@@ -845,12 +845,13 @@ async fn accept_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
 }
 
 async fn accept_streams(shared: Arc<Shared>, conn: quinn::Connection, peer: PeerId) {
+    let meter = WriteMeter::new(shared.fec.as_ref(), conn.remote_address());
     loop {
         match conn.accept_bi().await {
             Ok((send, recv)) => {
-                let meter = WriteMeter::new(shared.fec.as_ref(), conn.remote_address());
                 tokio::spawn(
-                    accept_stream(shared.clone(), peer, send, recv, meter).in_current_span(),
+                    accept_stream(shared.clone(), peer, send, recv, meter.clone())
+                        .in_current_span(),
                 );
             }
             Err(e) => {
