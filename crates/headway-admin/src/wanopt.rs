@@ -16,7 +16,7 @@
 //! | `wanopt_flows_total` | `peer`, `class`, `outcome` = `optimized` / `failed` / `passed_through`, `reason` (`""` unless passed through) |
 //! | `wanopt_store_bytes`, `wanopt_store_capacity_bytes`, `wanopt_store_chunks`, `wanopt_store_hit_ratio` | `store` = `memory` / `disk` |
 //! | `wanopt_tunnel_connections_total`, `wanopt_tunnel_refused_total` | none |
-//! | `wanopt_tunnel_fec_repair_sent_total`, `wanopt_tunnel_fec_repair_received_total`, `wanopt_tunnel_fec_recovered_total`, `wanopt_tunnel_fec_unrecoverable_total` | none |
+//! | `wanopt_tunnel_fec_windows_total`, `wanopt_tunnel_fec_skipped_total`, `wanopt_tunnel_fec_repair_sent_total`, `wanopt_tunnel_fec_repair_received_total`, `wanopt_tunnel_fec_recovered_total`, `wanopt_tunnel_fec_unrecoverable_total` | none |
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -117,7 +117,15 @@ pub struct WanoptTunnel {
     pub flows_accepted: u64,
     /// Inbound streams refused for their flow header.
     pub bad_headers: u64,
-    /// Forward error correction: repair datagrams sent (at the end of bursts).
+    /// Forward error correction: windows repaired (blocks near the end of a transfer, the
+    /// last window of a burst, short exchanges).
+    #[serde(default)]
+    pub fec_windows: u64,
+    /// Forward error correction: full blocks let go without repair, far from the end of a
+    /// transfer (the transport's retransmission is in time there).
+    #[serde(default)]
+    pub fec_skipped: u64,
+    /// Forward error correction: repair datagrams sent.
     #[serde(default)]
     pub fec_repair_sent: u64,
     /// Forward error correction: repair datagrams received.
@@ -239,8 +247,18 @@ impl Collector for WanoptCollector {
         )?;
         for (name, help, v) in [
             (
+                "wanopt_tunnel_fec_windows",
+                "FEC windows repaired (tail blocks, bursts' last windows, short exchanges)",
+                s.tunnel.fec_windows,
+            ),
+            (
+                "wanopt_tunnel_fec_skipped",
+                "FEC blocks let go without repair, far from the end of a transfer",
+                s.tunnel.fec_skipped,
+            ),
+            (
                 "wanopt_tunnel_fec_repair_sent",
-                "FEC repair datagrams sent at the end of bursts",
+                "FEC repair datagrams sent",
                 s.tunnel.fec_repair_sent,
             ),
             (
@@ -359,12 +377,15 @@ pub fn write_stats(out: &mut dyn Write, s: &WanoptStats) -> std::io::Result<()> 
     writeln!(
         out,
         "\ntunnel: {} connection(s), {} refused, {} inbound flow(s), {} bad header(s)\n\
-         fec: {} repair datagram(s) sent, {} received, {} datagram(s) restored, {} window(s) \
+         fec: {} window(s) repaired, {} block(s) far from a transfer's end let go, \
+         {} repair datagram(s) sent, {} received, {} datagram(s) restored, {} window(s) \
          beyond repair",
         s.tunnel.connections,
         s.tunnel.refused,
         s.tunnel.flows_accepted,
         s.tunnel.bad_headers,
+        s.tunnel.fec_windows,
+        s.tunnel.fec_skipped,
         s.tunnel.fec_repair_sent,
         s.tunnel.fec_repair_received,
         s.tunnel.fec_recovered,

@@ -193,13 +193,15 @@ pub struct WanoptSection {
     /// After a failed connection to a peer, its new flows go direct (fail-open) without a new
     /// attempt for this long (`"10s"`). Default: `"10s"`.
     pub retry_after: Option<Spanned<DurationValue>>,
-    /// Forward error correction on the tunnel: towards a peer whose `link_rate` is at most
-    /// 1 Gbit/s and whose bandwidth-delay product (`link_rate` × `rtt`) is at least 192 full
+    /// Forward error correction on the tunnel, towards peers whose `link_rate` is at most
+    /// 1 Gbit/s: short exchanges (a request or an answer of up to 8 datagrams) are followed by
+    /// Reed-Solomon repair datagrams sized to the loss the peer measures, so a lost packet is
+    /// restored at once instead of after the transport's probe timeout (more than a round
+    /// trip). Where the bandwidth-delay product (`link_rate` × `rtt`) is at least 192 full
     /// packets (e.g. 44 Mbit/s at 60 ms or more), the last stretch of each transfer (1.5
-    /// bandwidth-delay products) is sent in blocks of up to 112 datagrams, each followed by
-    /// Reed-Solomon repair datagrams sized to the loss the peer measures, so a packet lost near
-    /// the end of a transfer is restored at once instead of a round trip later. Costs about
-    /// 3–6 % of the link during that stretch. Every appliance of a deployment must set the same
+    /// bandwidth-delay products) goes in blocks of up to 112 datagrams, each repaired the same
+    /// way; on slower paths the last 8 datagrams of each transfer are. Costs about 3–6 % of
+    /// the link during the repaired stretch. Every appliance of a deployment must set the same
     /// value. Default: `true`.
     pub fec: Option<bool>,
     /// The persistent chunk store (`[wanopt.disk_store]`); required when a service or rule

@@ -20,6 +20,7 @@ fn b() -> SocketAddr {
 fn params() -> PathParams {
     PathParams {
         protect: true,
+        blocks: true,
         idle_gap: Duration::from_millis(5),
         span: Duration::from_millis(500),
         block: MAX_BLOCK,
@@ -127,37 +128,65 @@ fn lost_repair_shards_are_replaced_by_the_others() {
 }
 
 #[test]
-fn small_bursts_and_unprotected_paths_send_no_repair() {
+fn short_exchanges_are_protected_and_unprotected_paths_are_not() {
+    // A request or answer of a few datagrams, even tiny ones: its loss is restored.
     let (mut tx, mut rx) = pair();
-    let t0 = t0();
-    let (_, restored) = burst(&mut tx, &mut rx, t0, &[1000, 1000, 1000], &[1], &[]);
-    assert!(restored.is_empty());
-    assert_eq!(tx.stats().repair_sent, 0);
-    // Small datagrams (acknowledgements) are neither kept nor open a burst.
-    let h = tx.handle_send(t0, b(), &[0; 60]);
-    assert_eq!(Kind::of(h[0]), Some(Kind::Data));
-    assert_eq!(tx.poll_timeout(), None);
-    // ... nor hold back the repair of a burst they follow.
-    for i in 0..20 {
-        tx.handle_send(t0 + Duration::from_millis(i), b(), &[0; 1400]);
-    }
-    let deadline = tx.poll_timeout().unwrap();
-    for i in 20..40 {
-        tx.handle_send(t0 + Duration::from_millis(i), b(), &[0; 50]);
-    }
-    assert_eq!(tx.poll_timeout(), Some(deadline));
+    let (_, restored) = burst(&mut tx, &mut rx, t0(), &[53, 88], &[1], &[]);
+    assert_eq!(restored, vec![datagram(1, 88)]);
+    let (mut tx, mut rx) = pair();
+    let (_, restored) = burst(&mut tx, &mut rx, t0(), &[1400, 350, 93], &[0], &[]);
+    assert_eq!(restored, vec![datagram(0, 1400)]);
 
     let mut off = Fec::new(Config::default());
     off.configure(
         b(),
         PathParams {
             protect: false,
+            blocks: false,
             ..params()
         },
     );
-    let h = off.handle_send(t0, b(), &[0; 1400]);
+    let h = off.handle_send(t0(), b(), &[0; 1400]);
     assert_eq!(Kind::of(h[0]), Some(Kind::Data));
     assert_eq!(off.poll_timeout(), None);
+}
+
+#[test]
+fn acknowledgements_beside_a_transfer_are_not_repaired() {
+    let (mut tx, _) = pair();
+    let mut now = t0();
+    // 300 acknowledgement-sized datagrams, one every 0.2 ms: full blocks of them are let go,
+    // and so is the last, longer than a short exchange and under min_window_bytes.
+    for _ in 0..300 {
+        now += Duration::from_micros(200);
+        tx.handle_send(now, b(), &[1; 60]);
+        tx.handle_sent(now, b());
+    }
+    tx.handle_timeout(tx.poll_timeout().expect("a burst is open"));
+    assert!(tx.poll_transmit().is_none());
+    let s = tx.stats();
+    assert_eq!((s.windows, s.skipped, s.repair_sent), (0, 0, 0), "{s:?}");
+    // Tiny datagrams below min_kept_len are not even kept.
+    let h = tx.handle_send(now, b(), &[0; 10]);
+    assert_eq!(Kind::of(h[0]), Some(Kind::Data));
+}
+
+#[test]
+fn without_blocks_the_last_datagrams_of_a_burst_are_repaired() {
+    let mut tx = Fec::new(Config::default());
+    let mut rx = Fec::new(Config::default());
+    let slow = PathParams {
+        blocks: false,
+        ..params()
+    };
+    tx.configure(b(), slow);
+    rx.configure(a(), slow);
+    let sizes = vec![1400; 200];
+    // Losing the last datagram and one of the first: only the last is restored.
+    let (_, restored) = burst(&mut tx, &mut rx, t0(), &sizes, &[3, 199], &[]);
+    assert_eq!(restored, vec![datagram(199, 1400)]);
+    let s = tx.stats();
+    assert_eq!((s.windows, s.skipped), (1, 0), "{s:?}");
 }
 
 #[test]
@@ -281,7 +310,7 @@ proptest! {
             prop_assert!(lost.contains(r));
         }
         let bytes: usize = sizes.iter().sum();
-        if bytes >= Config::default().min_window_bytes
+        if (bytes >= Config::default().min_window_bytes || sizes.len() <= MAX_SHORT)
             && lose.len() as u64 <= tx.stats().repair_sent
         {
             prop_assert_eq!(restored, lost);
@@ -365,8 +394,8 @@ fn a_full_block_is_repaired_at_once_and_its_loss_restored_mid_burst() {
     tx.handle_timeout(idle);
     assert_eq!(tx.stats().windows, 3);
 
-    // The last window of a long burst is protected however small; a burst that small on its
-    // own is not.
+    // The last window of a long burst is protected however small; a burst of that many
+    // datagrams on its own is not (a lone short exchange is, see above).
     let mut now = idle + Duration::from_millis(10);
     for i in 0..(MAX_BLOCK + 2) {
         now += Duration::from_micros(100);
@@ -378,8 +407,11 @@ fn a_full_block_is_repaired_at_once_and_its_loss_restored_mid_burst() {
     tx.handle_timeout(idle);
     assert_eq!(tx.stats().windows, 5, "its 2-datagram tail");
     now = idle + Duration::from_millis(10);
-    tx.handle_send(now, b(), &datagram(0, 1200));
-    tx.handle_sent(now, b());
+    for i in 0..(MAX_SHORT + 1) {
+        now += Duration::from_micros(100);
+        tx.handle_send(now, b(), &datagram(i, 600));
+        tx.handle_sent(now, b());
+    }
     let idle = tx.poll_timeout().unwrap();
     tx.handle_timeout(idle);
     assert_eq!(tx.stats().windows, 5, "a lone small burst");
@@ -394,12 +426,16 @@ fn blocks_fit_the_link() {
     let p = PathParams::for_link(44_000_000, Duration::from_millis(90));
     assert!(p.protect);
     assert_eq!(p.block, 82);
+    assert!(p.blocks);
     // 6 Mbit/s, 300 ms: 150 packets in flight, a block of 37: too small to be worth its
-    // repair (3 shards of 40 at 1 % loss); so is anything slower.
-    assert!(!PathParams::for_link(6_000_000, Duration::from_millis(300)).protect);
-    assert!(!PathParams::for_link(1_500_000, Duration::from_millis(300)).protect);
+    // repair (3 shards of 40 at 1 % loss); so is anything slower. Short exchanges still are.
+    for rate in [6_000_000, 1_500_000] {
+        let p = PathParams::for_link(rate, Duration::from_millis(300));
+        assert!(p.protect && !p.blocks, "{p:?}");
+    }
     // Faster than 1 Gbit/s: not protected.
-    assert!(!PathParams::for_link(10_000_000_000, Duration::from_millis(300)).protect);
+    let p = PathParams::for_link(10_000_000_000, Duration::from_millis(300));
+    assert!(!p.protect && !p.blocks);
 }
 
 #[test]

@@ -143,10 +143,10 @@ pub struct Options {
     /// Limit for reading an inbound stream's flow header (default 10 s).
     pub header_timeout: Duration,
     /// Forward error correction on the tunnel's datagrams (`headway-fec`; default on): towards
-    /// a peer whose path `headway_fec::PathParams::for_link` protects, the tail of each
-    /// transfer goes in blocks followed by Reed-Solomon repair sized to the loss that peer
-    /// measures, so a lost packet near the end of a transfer is restored at once instead of a
-    /// round trip later. Both appliances of a pair must agree.
+    /// a peer whose path `headway_fec::PathParams::for_link` protects, short exchanges and the
+    /// tail of each transfer are followed by Reed-Solomon repair sized to the loss that peer
+    /// measures, so a lost packet there is restored at once instead of a round trip later.
+    /// Both appliances of a pair must agree.
     pub fec: bool,
 }
 
@@ -741,7 +741,7 @@ fn transport_config(peer: &PeerConfig, options: &Options) -> Result<TransportCon
         mtu.upper_bound((ceiling - headway_fec::REPAIR_OVERHEAD) as u16);
         t.mtu_discovery_config(Some(mtu));
         let path = headway_fec::PathParams::for_link(peer.link_rate.bps(), peer.rtt_estimate);
-        if path.protect {
+        if path.blocks {
             // A datagram lost in a block is restored once the block's repair arrives, up to a
             // block and its repair later: declaring it lost three packets on (RFC 9002's
             // threshold) would retransmit what FEC restores. The time threshold (9/8 RTT)

@@ -304,6 +304,8 @@ impl WanoptControl for ApplianceView {
             refused: t.refused,
             flows_accepted: t.flows_accepted,
             bad_headers: t.bad_headers,
+            fec_windows: t.fec.windows,
+            fec_skipped: t.fec.skipped,
             fec_repair_sent: t.fec.repair_sent,
             fec_repair_received: t.fec.repair_received,
             fec_recovered: t.fec.recovered,
