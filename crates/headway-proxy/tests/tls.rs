@@ -301,6 +301,8 @@ async fn sessions_resume_from_tickets_and_from_the_cache() {
     let sess = pki.path("s13").display().to_string();
     let (_, out) = s_client(addr, &["-servername", "a.example", "-sess_out", &sess]).await;
     assert!(out.contains("New, TLSv1.3"), "{out}");
+    // One ticket per handshake (OpenSSL's servers send two on a full handshake).
+    assert_eq!(count(&out, "New Session Ticket arrived"), 1, "{out}");
     let (_, out) = s_client(addr, &["-servername", "a.example", "-sess_in", &sess]).await;
     assert!(out.contains("Reused, TLSv1.3"), "{out}");
     let t = tls(&p);
@@ -433,6 +435,8 @@ async fn a_reload_swaps_certificates_and_a_bad_file_changes_nothing() {
     let sess = pki.path("s13").display().to_string();
     let (_, out) = s_client(addr, &["-servername", "a.example", "-sess_out", &sess]).await;
     assert!(out.contains("New, TLSv1.3"), "{out}");
+    // One ticket per handshake (OpenSSL's servers send two on a full handshake).
+    assert_eq!(count(&out, "New Session Ticket arrived"), 1, "{out}");
 
     // A broken certificate file: the new config is refused, with the file and its line.
     let good = std::fs::read_to_string(pki.path("b.pem")).unwrap();

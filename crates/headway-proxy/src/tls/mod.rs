@@ -39,6 +39,8 @@
 //! Cancel safety: [`Terminator::serve`] and [`Connector::connect`] may be dropped at any await
 //! point; the connection is then closed.
 
+mod hold_io;
+
 use std::collections::HashMap;
 use std::io::{self, Read as _};
 use std::net::SocketAddr;
@@ -50,6 +52,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use headway_config::adc::{AdcConfig, ServerGroup, VirtualServer};
 use headway_config::tls::{CaBundle, Certificate, ClientAuth, GroupTls, TlsVersion, VsTls};
+use hold_io::HoldIo;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::ServerName;
 use rustls::server::{
@@ -312,6 +315,10 @@ impl Terminator {
         }
         if tls.session_tickets {
             config.ticketer = session.ticketer.clone();
+            // One TLS 1.3 ticket per handshake, as OpenSSL issues on resumption: browsers keep
+            // only the newest ticket per server, and each resumption brings a fresh one, so a
+            // second ticket (rustls's default) is sealed and sent for nothing.
+            config.send_tls13_tickets = 1;
         }
         Ok(Terminator {
             config: Arc::new(config),
@@ -337,12 +344,15 @@ impl Terminator {
     ) {
         // TCP_NODELAY (or the virtual server's TCP profile) was set when it was accepted.
         let acceptor = tokio_rustls::TlsAcceptor::from(self.config.clone());
-        let tls = match tokio::time::timeout(self.timeout, acceptor.accept(stream)).await {
+        let accept = acceptor.accept(HoldIo::new(stream)).into_fallible();
+        let mut tls = match tokio::time::timeout(self.timeout, accept).await {
             Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
+            Ok(Err((e, mut io))) => {
                 let why = Failure::of(&e);
                 self.counters.failures[why as usize].inc();
                 tracing::debug!(client = %peer, reason = why.as_str(), error = %e, "TLS handshake failed");
+                // The alert telling the client why, if it was held back.
+                let _ = tokio::time::timeout(ALERT_TIMEOUT, io.drain()).await;
                 return;
             }
             Err(_) => {
@@ -351,6 +361,7 @@ impl Terminator {
                 return;
             }
         };
+        tls.get_mut().0.release();
         let h2 = {
             let (_, conn) = tls.get_ref();
             self.counters.record(conn);
@@ -359,6 +370,9 @@ impl Terminator {
         crate::http::serve_stream(slot, tls, peer, drain, h2).await;
     }
 }
+
+/// How long a failed handshake's alert may take to leave.
+const ALERT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Why a handshake failed, as counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,261 @@
+//! The client socket under a TLS server connection, holding back what the server writes
+//! between reading the client's last handshake flight and the first response.
+//!
+//! When a TLS 1.3 handshake completes, the server sends its session ticket at once, in a
+//! write (and a wake-up of the client) of its own; the response follows a few microseconds
+//! later. [`HoldIo`] keeps those bytes and sends them in front of the next write, so ticket
+//! and response share one system call. Nothing waits on it: whenever the connection would
+//! wait for the client (a read finds nothing), held bytes go out first — so a client that
+//! waits for the server (a TLS 1.2 client expecting the server's Finished, a TLS 1.3 client
+//! after a HelloRetryRequest) gets them without delay.
+
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// Where the connection is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Before the client's second flight: everything passes. `wrote`: the server's first
+    /// flight went out.
+    Handshake { wrote: bool },
+    /// The client's second flight was read: writes are held, flushes do nothing.
+    Hold,
+    /// The handshake is over ([`HoldIo::release`]): held bytes lead the next write.
+    Pass,
+}
+
+/// A client socket that coalesces the server's post-handshake messages with the first
+/// response (see the module doc).
+#[derive(Debug)]
+pub struct HoldIo {
+    tcp: TcpStream,
+    phase: Phase,
+    held: Vec<u8>,
+}
+
+impl HoldIo {
+    /// Wraps an accepted client socket before the handshake starts.
+    pub fn new(tcp: TcpStream) -> Self {
+        Self {
+            tcp,
+            phase: Phase::Handshake { wrote: false },
+            held: Vec::new(),
+        }
+    }
+
+    /// The handshake is over: held bytes go out with the next write, the next flush, or when
+    /// the connection would wait for the client.
+    pub fn release(&mut self) {
+        self.phase = Phase::Pass;
+    }
+
+    /// Bytes held back now.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Writes what is held (an alert after a failed handshake, say), waiting as needed.
+    pub async fn drain(&mut self) -> io::Result<()> {
+        self.phase = Phase::Pass;
+        std::future::poll_fn(|cx| self.poll_drain(cx)).await
+    }
+
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.held.is_empty() {
+            let n = ready!(Pin::new(&mut self.tcp).poll_write(cx, &self.held))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.held.drain(..n);
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Writes held bytes and then `bufs`; returns how many of `bufs`' bytes went out (never
+    /// 0 for non-empty `bufs` unless the socket says so).
+    fn poll_write_after_held(
+        &mut self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        while !self.held.is_empty() {
+            let mut all = Vec::with_capacity(bufs.len() + 1);
+            all.push(IoSlice::new(&self.held));
+            all.extend(bufs.iter().map(|b| IoSlice::new(b)));
+            let n = ready!(Pin::new(&mut self.tcp).poll_write_vectored(cx, &all))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            if n < self.held.len() {
+                self.held.drain(..n);
+                continue;
+            }
+            let rest = n - self.held.len();
+            self.held.clear();
+            if rest > 0 {
+                return Poll::Ready(Ok(rest));
+            }
+        }
+        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
+    }
+}
+
+impl AsyncRead for HoldIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.tcp).poll_read(cx, buf);
+        match r {
+            Poll::Pending if !this.held.is_empty() => {
+                // About to wait for the client: what is held goes out now. (If the socket
+                // cannot take it, its write readiness wakes this task too.)
+                if let Poll::Ready(Err(e)) = this.poll_drain(cx) {
+                    return Poll::Ready(Err(e));
+                }
+            }
+            Poll::Ready(Ok(()))
+                if buf.filled().len() > before
+                    && this.phase == (Phase::Handshake { wrote: true }) =>
+            {
+                this.phase = Phase::Hold;
+            }
+            _ => {}
+        }
+        r
+    }
+}
+
+impl AsyncWrite for HoldIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_write_vectored(cx, &[IoSlice::new(buf)])
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        match this.phase {
+            Phase::Hold => {
+                let mut n = 0;
+                for b in bufs {
+                    this.held.extend_from_slice(b);
+                    n += b.len();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Phase::Handshake { .. } => {
+                let r = Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs);
+                if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+                    this.phase = Phase::Handshake { wrote: true };
+                }
+                r
+            }
+            Phase::Pass => this.poll_write_after_held(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.phase == Phase::Hold {
+            return Poll::Ready(Ok(()));
+        }
+        ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.tcp).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    async fn pair() -> (HoldIo, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (HoldIo::new(s), c)
+    }
+
+    /// Moves `from`'s next `want.len()` bytes into a buffer and checks them.
+    async fn expect(from: &mut (impl AsyncRead + Unpin), want: &[u8]) {
+        let mut got = vec![0; want.len()];
+        from.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, want);
+    }
+
+    /// A client flight, the server's first flight, the client's second flight: the server
+    /// now holds what it writes.
+    async fn to_hold() -> (HoldIo, TcpStream) {
+        let (mut s, mut c) = pair().await;
+        c.write_all(b"hello").await.unwrap();
+        expect(&mut s, b"hello").await;
+        s.write_all(b"flight").await.unwrap();
+        s.flush().await.unwrap();
+        expect(&mut c, b"flight").await;
+        c.write_all(b"fin+GET").await.unwrap();
+        expect(&mut s, b"fin+GET").await;
+        (s, c)
+    }
+
+    #[tokio::test]
+    async fn writes_after_the_second_flight_lead_the_first_response() {
+        let (mut s, mut c) = to_hold().await;
+        s.write_all(b"ticket").await.unwrap();
+        s.flush().await.unwrap();
+        assert_eq!(s.held(), 6, "held after the second flight");
+        s.release();
+        s.write_all(b"response").await.unwrap();
+        assert_eq!(s.held(), 0);
+        expect(&mut c, b"ticketresponse").await;
+    }
+
+    #[tokio::test]
+    async fn held_bytes_go_out_when_the_server_would_wait() {
+        let (mut s, mut c) = to_hold().await;
+        // A flight the client waits for, written while holding (a HelloRetryRequest's answer,
+        // a TLS 1.2 server Finished): the server's next read finds nothing and sends it.
+        s.write_all(b"flight2").await.unwrap();
+        s.flush().await.unwrap();
+        let server = tokio::spawn(async move { expect(&mut s, b"fin").await });
+        expect(&mut c, b"flight2").await;
+        c.write_all(b"fin").await.unwrap();
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn shutdown_and_drain_send_what_is_held() {
+        let (mut s, mut c) = to_hold().await;
+        s.write_all(b"alert").await.unwrap();
+        s.drain().await.unwrap();
+        s.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"alert");
+    }
+}
