@@ -55,8 +55,11 @@ pub enum BenchCommand {
     Wanopt(wanopt::WanoptCommand),
 }
 
-/// Runs a benchmark.
+/// Runs a benchmark. Ctrl-C or SIGTERM stops it between steps, and its lab is torn down
+/// (the WAN benchmarks and the emulator's had no handler: a signal left their namespaces and
+/// processes behind).
 pub fn run(cmd: BenchCommand) -> Result<()> {
+    crate::interrupt::install();
     match cmd {
         BenchCommand::Adc(a) => adc::run(a),
         BenchCommand::AdcReliability(a) => adc_reliability::run(a),
