@@ -187,9 +187,9 @@ impl PathParams {
     /// Parameters for a link of `rate_bps` and round-trip time `rtt`: a block of a quarter of
     /// the bandwidth-delay product in full packets, at most [`MAX_BLOCK`]; protection on links
     /// up to 1 Gbit/s (a WAN; beyond, the copies cost more than tail losses), with blocks where
-    /// the block reaches [`MIN_BLOCK`]; an idle gap of 1.5 × the time to send a pacing burst of 10 full packets
-    /// plus 1 ms (at least 2 ms); a span of 1.5 × RTT plus the gap; a tail of 1.5 × the
-    /// bandwidth-delay product.
+    /// the block reaches [`MIN_BLOCK`]; an idle gap of 1.5 × the time to send a pacing burst of
+    /// 10 full packets plus 1 ms (at least 2 ms); a span of 1.5 × RTT plus the gap; a tail of
+    /// 1.5 × the bandwidth-delay product.
     pub fn for_link(rate_bps: u64, rtt: Duration) -> Self {
         const PACKET_BITS: f64 = 1500.0 * 8.0;
         let rate = rate_bps.max(8_000) as f64;
@@ -198,9 +198,10 @@ impl PathParams {
             (burst.mul_f64(1.5) + Duration::from_millis(1)).max(Duration::from_millis(2));
         let bdp_packets = rate * rtt.as_secs_f64() / PACKET_BITS;
         let block = ((bdp_packets / 4.0) as usize).min(MAX_BLOCK);
+        let protect = rate_bps <= 1_000_000_000;
         Self {
-            protect: rate_bps <= 1_000_000_000,
-            blocks: rate_bps <= 1_000_000_000 && block >= MIN_BLOCK,
+            protect,
+            blocks: protect && block >= MIN_BLOCK,
             idle_gap,
             span: rtt.mul_f64(1.5) + idle_gap,
             block: block.max(1),

@@ -404,7 +404,6 @@ pub fn run(args: AdcArgs) -> Result<()> {
     if args.compression {
         return compression::run(args);
     }
-    interrupt::install();
     let seconds = args.seconds_or(2, 3).max(1);
     let repeats = args.repeats_or(1, 3).max(1);
     let sizes: Vec<u64> = args.sizes.iter().map(|s| s.bytes()).collect();

@@ -128,7 +128,6 @@ pub fn adc_config(server: std::net::Ipv4Addr) -> String {
 
 /// Runs the benchmark.
 pub fn run(args: FloodArgs) -> Result<()> {
-    interrupt::install();
     let step = args.step.unwrap_or(if args.quick {
         Duration::from_secs(4)
     } else {

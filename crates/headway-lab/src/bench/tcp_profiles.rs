@@ -417,7 +417,6 @@ pub(super) fn start_server_host(
 
 /// Runs the benchmark.
 pub fn run(args: TcpProfilesArgs) -> Result<()> {
-    interrupt::install();
     let repeats = args
         .repeats
         .unwrap_or(if args.quick { 1 } else { 3 })

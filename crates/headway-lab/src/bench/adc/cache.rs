@@ -85,7 +85,6 @@ struct Measured {
 
 /// `--cache`: the F5 cache matrix.
 pub fn run_cache(args: &AdcArgs) -> Result<()> {
-    interrupt::install();
     let seconds = args.seconds_or(2, 3).max(1);
     let repeats = args.repeats_or(1, 3).max(1);
     let sizes: Vec<u64> = args.sizes.iter().map(|s| s.bytes()).collect();
@@ -255,7 +254,6 @@ pub fn run_cache(args: &AdcArgs) -> Result<()> {
 
 /// `--microcache`: a slow dynamic origin with and without a 1 s flash cache.
 pub fn run_microcache(args: &AdcArgs) -> Result<()> {
-    interrupt::install();
     let seconds = args.seconds_or(3, 10).max(2);
     let repeats = args.repeats.unwrap_or(1).max(1);
     let tmp = TempDir::new("headway-bench-microcache")?;

@@ -275,7 +275,6 @@ struct Cell {
 
 /// Runs the compression benchmark.
 pub fn run(args: AdcArgs) -> Result<()> {
-    interrupt::install();
     let seconds = args.seconds_or(2, 3).max(1);
     let repeats = args.repeats_or(1, 2).max(1);
     let sizes: Vec<u64> = if args.sizes.is_empty() {

@@ -599,7 +599,6 @@ struct Ctx {
 
 /// Runs the TLS benchmark.
 pub fn run(args: &AdcArgs) -> Result<()> {
-    interrupt::install();
     let seconds = args.seconds_or(2, 5).max(1);
     let repeats = args.repeats_or(1, 2).max(1);
     let sizes: Vec<u64> = args.sizes.iter().map(|s| s.bytes()).collect();
