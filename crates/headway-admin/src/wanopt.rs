@@ -16,7 +16,8 @@
 //! | `wanopt_flows_total` | `peer`, `class`, `outcome` = `optimized` / `failed` / `passed_through`, `reason` (`""` unless passed through) |
 //! | `wanopt_store_bytes`, `wanopt_store_capacity_bytes`, `wanopt_store_chunks`, `wanopt_store_hit_ratio` | `store` = `memory` / `disk` |
 //! | `wanopt_tunnel_connections_total`, `wanopt_tunnel_refused_total` | none |
-//! | `wanopt_tunnel_fec_windows_total`, `wanopt_tunnel_fec_skipped_total`, `wanopt_tunnel_fec_repair_sent_total`, `wanopt_tunnel_fec_repair_received_total`, `wanopt_tunnel_fec_recovered_total`, `wanopt_tunnel_fec_unrecoverable_total` | none |
+//! | `wanopt_tunnel_fec_windows_total`, `wanopt_tunnel_fec_skipped_total`, `wanopt_tunnel_fec_repair_sent_total`, `wanopt_tunnel_fec_repair_received_total`, `wanopt_tunnel_fec_recovered_total`, `wanopt_tunnel_fec_unrecoverable_total`, `wanopt_tunnel_fec_probes_sent_total`, `wanopt_tunnel_fec_probes_received_total` | none |
+//! | `wanopt_path_loss_ratio` (0 to 1; absent until measured) | `peer`, `direction` = `out` (what this side sends, as the peer measured it) / `in` |
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -47,6 +48,22 @@ pub struct WanoptStats {
     /// The tunnel endpoint's counters.
     #[serde(default)]
     pub tunnel: WanoptTunnel,
+    /// The loss of each configured peer's path, as the forward error correction measures it.
+    #[serde(default)]
+    pub paths: Vec<WanoptPath>,
+}
+
+/// The measured loss of one peer's path (`None` until measured: the first 320 probes or
+/// datagrams, or without forward error correction).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WanoptPath {
+    /// The peer's configured name.
+    pub peer: String,
+    /// Loss of what this appliance sends, as the peer measured and reported it, 0 to 1.
+    pub loss_out: Option<f64>,
+    /// Loss of what the peer sends, as measured here, 0 to 1.
+    pub loss_in: Option<f64>,
 }
 
 /// The counters of one peer and service class, seen from this appliance: LAN = local TCP
@@ -138,6 +155,13 @@ pub struct WanoptTunnel {
     /// (QUIC retransmitted those datagrams).
     #[serde(default)]
     pub fec_unrecoverable: u64,
+    /// Forward error correction: probes sent (the start-up train that measures a new path,
+    /// then one per 100 ms while the tunnel is idle).
+    #[serde(default)]
+    pub fec_probes_sent: u64,
+    /// Forward error correction: probes received.
+    #[serde(default)]
+    pub fec_probes_received: u64,
 }
 
 /// Exports a [`WanoptControl`]'s counters as Prometheus metrics on every scrape (see the
@@ -276,9 +300,39 @@ impl Collector for WanoptCollector {
                 "FEC windows that lost more datagrams than their repair restored",
                 s.tunnel.fec_unrecoverable,
             ),
+            (
+                "wanopt_tunnel_fec_probes_sent",
+                "FEC probes sent to measure paths",
+                s.tunnel.fec_probes_sent,
+            ),
+            (
+                "wanopt_tunnel_fec_probes_received",
+                "FEC probes received",
+                s.tunnel.fec_probes_received,
+            ),
         ] {
             counters(&mut encoder, name, help, &[(vec![], v)])?;
         }
+        let mut loss = Vec::new();
+        for p in &s.paths {
+            for (direction, v) in [("out", p.loss_out), ("in", p.loss_in)] {
+                if let Some(v) = v {
+                    loss.push((
+                        vec![
+                            ("peer", p.peer.clone()),
+                            ("direction", direction.to_string()),
+                        ],
+                        v,
+                    ));
+                }
+            }
+        }
+        gauges(
+            &mut encoder,
+            "wanopt_path_loss_ratio",
+            "Measured loss of a peer's path, 0 to 1 (out: what this side sends)",
+            &loss,
+        )?;
         Ok(())
     }
 }
@@ -379,7 +433,7 @@ pub fn write_stats(out: &mut dyn Write, s: &WanoptStats) -> std::io::Result<()> 
         "\ntunnel: {} connection(s), {} refused, {} inbound flow(s), {} bad header(s)\n\
          fec: {} window(s) repaired, {} block(s) far from a transfer's end let go, \
          {} repair datagram(s) sent, {} received, {} datagram(s) restored, {} window(s) \
-         beyond repair",
+         beyond repair, {} probe(s) sent, {} received",
         s.tunnel.connections,
         s.tunnel.refused,
         s.tunnel.flows_accepted,
@@ -389,8 +443,25 @@ pub fn write_stats(out: &mut dyn Write, s: &WanoptStats) -> std::io::Result<()> 
         s.tunnel.fec_repair_sent,
         s.tunnel.fec_repair_received,
         s.tunnel.fec_recovered,
-        s.tunnel.fec_unrecoverable
-    )
+        s.tunnel.fec_unrecoverable,
+        s.tunnel.fec_probes_sent,
+        s.tunnel.fec_probes_received
+    )?;
+    let pct = |v: Option<f64>| {
+        v.map_or("not measured yet".to_string(), |v| {
+            format!("{:.2}%", v * 100.0)
+        })
+    };
+    for p in &s.paths {
+        writeln!(
+            out,
+            "path to {}: loss out {}, in {}",
+            p.peer,
+            pct(p.loss_out),
+            pct(p.loss_in)
+        )?;
+    }
+    Ok(())
 }
 
 fn group_row(g: &WanoptGroup) -> Vec<String> {
@@ -500,8 +571,14 @@ mod tests {
             }],
             tunnel: WanoptTunnel {
                 connections: 1,
+                fec_probes_sent: 320,
                 ..WanoptTunnel::default()
             },
+            paths: vec![WanoptPath {
+                peer: "dc".into(),
+                loss_out: Some(0.0312),
+                loss_in: None,
+            }],
         }
     }
 
@@ -519,10 +596,14 @@ mod tests {
             "headway_wanopt_store_chunks{store=\"memory\"} 2000",
             "headway_wanopt_store_hit_ratio{store=\"memory\"} 0.5",
             "headway_wanopt_tunnel_connections_total 1",
+            "headway_wanopt_tunnel_fec_probes_sent_total 320",
+            "headway_wanopt_path_loss_ratio{peer=\"dc\",direction=\"out\"} 0.0312",
             "# TYPE headway_wanopt_flows counter",
         ] {
             assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
         }
+        // A direction not measured yet has no sample (rather than a made-up 0).
+        assert!(!text.contains("path_loss_ratio{peer=\"dc\",direction=\"in\"}"));
     }
 
     #[test]
@@ -552,6 +633,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("tunnel: 1 connection(s)"), "{text}");
+        assert!(text.contains("320 probe(s) sent"), "{text}");
+        assert!(
+            text.contains("path to dc: loss out 3.12%, in not measured yet"),
+            "{text}"
+        );
         let at = |l: &str, w: &str| l.find(w).unwrap();
         assert_eq!(at(lines[0], "OPTIMIZED"), at(lines[1], "2 "));
 

@@ -201,8 +201,11 @@ pub struct WanoptSection {
     /// packets (e.g. 44 Mbit/s at 60 ms or more), the last stretch of each transfer (1.5
     /// bandwidth-delay products) goes in blocks of up to 112 datagrams, each repaired the same
     /// way; on slower paths the last 8 datagrams of each transfer are. Costs about 3–6 % of
-    /// the link during the repaired stretch. Every appliance of a deployment must set the same
-    /// value. Default: `true`.
+    /// the link during the repaired stretch (more on lossier paths). The loss is measured from
+    /// the moment the tunnel comes up: each side sends the other a train of 320 probes (7-byte
+    /// datagrams, at most a tenth of `link_rate`), then one per 100 ms while the tunnel is
+    /// idle; `headway ctl wanopt stats` shows the measured loss per peer. Every appliance of a
+    /// deployment must set the same value. Default: `true`.
     pub fec: Option<bool>,
     /// The persistent chunk store (`[wanopt.disk_store]`); required when a service or rule
     /// uses class `dedup-disk`. Default: none.

@@ -49,6 +49,22 @@
 //! (it is sent beside the transport's pacing): its cost is `r / (block + r)` of the link while
 //! repaired data flows, about 3 % at 0.1 % loss and 5 % at 1 % for a block of 112.
 //!
+//! # Measuring a path before data flows
+//!
+//! All of this hangs on the loss the receiver measured, and a tunnel that just came up has
+//! measured nothing: sized for the 1 % prior, a block of 112 gets 7 shards, and at 5 % loss a
+//! quarter of such blocks lose more than that — on a transfer shorter than a round trip, which
+//! is sent whole before any report can come back, nearly every such transfer then waits for a
+//! retransmission. So each side sends a configured peer it hears from a start-up train of
+//! [`PROBE_TRAIN`] probes (a 7-byte header, numbered with the kept datagrams), paced to a tenth
+//! of the link at most, enough for the peer to finish one measurement epoch; the peer's report
+//! comes back in the headers of whatever it sends. After the train, a path without data gets a
+//! probe every [`IDLE_PROBE_GAP`] so the measurement follows the path while the tunnel is idle.
+//! Probes go only to configured peers ([`Fec::configure`] with a `probe_gap`) that sent a
+//! non-probe datagram within [`PROBE_ALIVE`]: never to an address that merely sent a datagram,
+//! and not forever to a peer whose tunnel is gone. A peer that restarted (its sequence numbers
+//! jump) has lost its measurement, and gets a new train.
+//!
 //! # What this crate owns and what it does not
 //!
 //! It owns the datagram header ([`wire`]), the per-peer send windows, the receive-side store of
@@ -112,6 +128,19 @@ pub const MAX_SHORT: usize = 8;
 /// back beside a transfer: they are let go without repair (a lost acknowledgement is covered
 /// by the next).
 pub const ACK_LIKE_LEN: usize = 256;
+/// Probes of the start-up train: one measurement epoch of the receiver and its slack, so that
+/// the peer has a loss estimate when the train ends.
+pub const PROBE_TRAIN: u32 = loss::EPOCH + loss::SLACK;
+/// The share of the link rate the start-up train may take.
+pub const PROBE_TRAIN_SHARE: f64 = 0.1;
+/// The shortest gap between probes of the train.
+pub const MIN_PROBE_GAP: Duration = Duration::from_micros(250);
+/// The gap between probes once the train is over (while no data flows: see the crate doc).
+pub const IDLE_PROBE_GAP: Duration = Duration::from_millis(100);
+/// A peer is probed only while a non-probe datagram from it arrived within this long.
+pub const PROBE_ALIVE: Duration = Duration::from_secs(15);
+/// Most probes one [`Fec::handle_timeout`] sends to a peer (a late timer does not make a burst).
+const MAX_PROBES_AT_ONCE: u32 = 16;
 /// Bytes added to a data datagram.
 pub const OVERHEAD: usize = Header::LEN;
 /// Bytes a repair datagram has beyond the largest datagram of its window (headers, the
@@ -142,6 +171,9 @@ pub struct Config {
     pub min_loss: f64,
     /// Most peers with state. Default 64.
     pub max_peers: usize,
+    /// The sequence number of the first datagram to each peer. Default 0; a shell should pick
+    /// it at random, so that a peer can tell a restart from old datagrams.
+    pub first_seq: u32,
 }
 
 impl Default for Config {
@@ -156,6 +188,7 @@ impl Default for Config {
             prior_loss: 0.01,
             min_loss: 0.001,
             max_peers: 64,
+            first_seq: 0,
         }
     }
 }
@@ -181,6 +214,9 @@ pub struct PathParams {
     /// still unsent (see [`Fec::handle_written`]): losses further from the end of a transfer
     /// are retransmitted in time by the transport.
     pub tail_bytes: u64,
+    /// The gap between the probes of the start-up train (see the crate doc); `None`: the
+    /// path is not probed.
+    pub probe_gap: Option<Duration>,
 }
 
 impl PathParams {
@@ -189,7 +225,8 @@ impl PathParams {
     /// up to 1 Gbit/s (a WAN; beyond, the copies cost more than tail losses), with blocks where
     /// the block reaches [`MIN_BLOCK`]; an idle gap of 1.5 × the time to send a pacing burst of
     /// 10 full packets plus 1 ms (at least 2 ms); a span of 1.5 × RTT plus the gap; a tail of
-    /// 1.5 × the bandwidth-delay product.
+    /// 1.5 × the bandwidth-delay product; probes on protected paths, the train paced to
+    /// [`PROBE_TRAIN_SHARE`] of the rate (at most one per [`MIN_PROBE_GAP`]).
     pub fn for_link(rate_bps: u64, rtt: Duration) -> Self {
         const PACKET_BITS: f64 = 1500.0 * 8.0;
         let rate = rate_bps.max(8_000) as f64;
@@ -199,6 +236,10 @@ impl PathParams {
         let bdp_packets = rate * rtt.as_secs_f64() / PACKET_BITS;
         let block = ((bdp_packets / 4.0) as usize).min(MAX_BLOCK);
         let protect = rate_bps <= 1_000_000_000;
+        // A probe on the wire: its header and the UDP and IPv4 headers.
+        let probe_bits = ((Header::LEN + 28) * 8) as f64;
+        let probe_gap =
+            Duration::from_secs_f64(probe_bits / (PROBE_TRAIN_SHARE * rate)).max(MIN_PROBE_GAP);
         Self {
             protect,
             blocks: protect && block >= MIN_BLOCK,
@@ -206,6 +247,7 @@ impl PathParams {
             span: rtt.mul_f64(1.5) + idle_gap,
             block: block.max(1),
             tail_bytes: (bdp_packets * 1.5 * PACKET_BITS / 8.0) as u64,
+            probe_gap: protect.then_some(probe_gap),
         }
     }
 }
@@ -222,6 +264,8 @@ pub enum Received {
     Plain,
     /// A repair shard, consumed (restored datagrams, if any, wait in [`Fec::poll_recovered`]).
     Repair,
+    /// A probe, consumed (counted by the loss measurement).
+    Probe,
     /// A malformed FEC datagram: drop it.
     Invalid,
 }
@@ -251,6 +295,10 @@ pub struct Stats {
     pub unrecoverable: u64,
     /// Malformed FEC datagrams dropped.
     pub invalid: u64,
+    /// Probes sent.
+    pub probes_sent: u64,
+    /// Probes received.
+    pub probes_received: u64,
 }
 
 /// A datagram kept by the sender.
@@ -278,7 +326,15 @@ const MAX_DONE: usize = 64;
 #[derive(Debug)]
 struct Peer {
     params: PathParams,
+    /// Set by [`Fec::configure`]: only such peers are probed.
+    configured: bool,
     last_active: Instant,
+    /// When the last non-probe FEC datagram from the peer arrived.
+    heard: Option<Instant>,
+    /// Probes sent since the peer was first heard or last restarted.
+    probes: u32,
+    /// When the next probe is due, once the peer was heard.
+    next_probe: Option<Instant>,
     // Sending to the peer.
     next_seq: u32,
     window_first: u32,
@@ -303,12 +359,16 @@ struct Peer {
 }
 
 impl Peer {
-    fn new(params: PathParams, now: Instant, prior_loss: f64) -> Self {
+    fn new(params: PathParams, configured: bool, now: Instant, cfg: &Config) -> Self {
         Self {
             params,
+            configured,
             last_active: now,
-            next_seq: 0,
-            window_first: 0,
+            heard: None,
+            probes: 0,
+            next_probe: None,
+            next_seq: cfg.first_seq,
+            window_first: cfg.first_seq,
             window: VecDeque::new(),
             window_bytes: 0,
             last_send: None,
@@ -316,7 +376,7 @@ impl Peer {
             written: 0,
             sent: 0,
             reported: LossReport::UNKNOWN,
-            loss: LossEstimator::new(prior_loss),
+            loss: LossEstimator::new(cfg.prior_loss),
             kept: HashMap::new(),
             kept_order: VecDeque::new(),
             pending: VecDeque::new(),
@@ -329,6 +389,15 @@ impl Peer {
         self.loss
             .fraction()
             .map_or(LossReport::UNKNOWN, LossReport::from_fraction)
+    }
+
+    /// When the next probe is due: a configured, probed path, heard from recently, with no
+    /// window open (a probe takes a sequence number, which must not split a window).
+    fn probe_due(&self) -> Option<Instant> {
+        self.params.probe_gap?;
+        let at = self.next_probe?;
+        let heard = self.heard?;
+        (self.configured && self.window.is_empty() && at <= heard + PROBE_ALIVE).then_some(at)
     }
 
     fn clear_window(&mut self) {
@@ -358,6 +427,14 @@ impl Peer {
                 self.kept.remove(&old);
             }
         }
+    }
+
+    /// The peer restarted: what it sent before is forgotten, and it has lost its measurement of
+    /// this side's sending, so it gets a new train.
+    fn restarted(&mut self, now: Instant) {
+        self.forget_received();
+        self.probes = 0;
+        self.next_probe = Some(now);
     }
 
     fn forget_received(&mut self) {
@@ -399,12 +476,21 @@ impl Fec {
         self.paths.insert(addr, params);
         if let Some(p) = self.peers.get_mut(&addr) {
             p.params = params;
+            p.configured = true;
         }
     }
 
     /// Counters so far.
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// The loss of the path to `addr` as the peer last reported it, and of the path from it as
+    /// measured here; `None` for what is not measured yet (or a peer without state).
+    pub fn path_loss(&self, addr: SocketAddr) -> (Option<f64>, Option<f64>) {
+        self.peers
+            .get(&addr)
+            .map_or((None, None), |p| (p.reported.fraction(), p.loss.fraction()))
     }
 
     /// The header for a data datagram of `payload` about to be sent to `dest`; keeps a copy of
@@ -533,13 +619,26 @@ impl Fec {
         let max_kept = self.config.max_window + self.config.max_window / 2;
         let peer = self.peer(now, src);
         peer.reported = header.loss;
+        if header.kind != Kind::Probe {
+            peer.heard = Some(now);
+            if peer.next_probe.is_none() {
+                peer.next_probe = Some(now);
+            }
+        }
         let body = &datagram[Header::LEN..];
         match header.kind {
+            Kind::Probe => {
+                if peer.loss.on_datagram(header.seq) {
+                    peer.restarted(now);
+                }
+                self.stats.probes_received += 1;
+                Received::Probe
+            }
             Kind::Data | Kind::Kept => {
                 // Only kept datagrams are numbered (a data datagram repeats the next number).
                 if header.kind == Kind::Kept {
                     if peer.loss.on_datagram(header.seq) {
-                        peer.forget_received();
+                        peer.restarted(now);
                     }
                     if body.len() <= MAX_KEPT {
                         peer.keep_received(header.seq, body.to_vec(), max_kept);
@@ -569,17 +668,22 @@ impl Fec {
         self.recovered.pop_front()
     }
 
-    /// When [`Fec::handle_timeout`] must next be called, if a burst is open.
+    /// When [`Fec::handle_timeout`] must next be called, if a burst is open or a probe due.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.peers
+        let bursts = self
+            .peers
             .values()
             .filter(|p| !p.window.is_empty())
-            .filter_map(|p| p.last_send.map(|t| t + p.params.idle_gap))
+            .filter_map(|p| p.last_send.map(|t| t + p.params.idle_gap));
+        bursts
+            .chain(self.peers.values().filter_map(Peer::probe_due))
             .min()
     }
 
-    /// Ends the bursts that fell idle: their repair datagrams wait in [`Fec::poll_transmit`].
+    /// Ends the bursts that fell idle and sends the probes that are due: their datagrams wait
+    /// in [`Fec::poll_transmit`].
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.probe(now);
         let addrs: Vec<SocketAddr> = self
             .peers
             .iter()
@@ -593,9 +697,42 @@ impl Fec {
         }
     }
 
-    /// The next repair datagram to send, with its destination.
+    /// The next repair or probe datagram to send, with its destination.
     pub fn poll_transmit(&mut self) -> Option<(SocketAddr, Vec<u8>)> {
         self.transmits.pop_front()
+    }
+
+    /// Queues the probes that are due (see the crate doc).
+    fn probe(&mut self, now: Instant) {
+        for (addr, peer) in &mut self.peers {
+            let Some(gap) = peer.params.probe_gap else {
+                continue;
+            };
+            let mut sent = 0;
+            while let Some(at) = peer.probe_due() {
+                if at > now || sent == MAX_PROBES_AT_ONCE {
+                    break;
+                }
+                let header = Header {
+                    kind: Kind::Probe,
+                    seq: peer.next_seq,
+                    loss: peer.loss_report(),
+                };
+                peer.next_seq = peer.next_seq.wrapping_add(1);
+                peer.window_first = peer.next_seq;
+                self.transmits.push_back((*addr, header.emit().to_vec()));
+                self.stats.probes_sent += 1;
+                peer.probes = peer.probes.saturating_add(1);
+                sent += 1;
+                let step = if peer.probes < PROBE_TRAIN {
+                    gap
+                } else {
+                    IDLE_PROBE_GAP
+                };
+                // A timer that fired late resumes the pace from now rather than catching up.
+                peer.next_probe = Some((at + step).max(now.checked_sub(step).unwrap_or(now)));
+            }
+        }
     }
 
     /// The state of `addr`, made if new (forgetting the least recently active peer when full).
@@ -610,12 +747,12 @@ impl Fec {
                 self.peers.remove(&old);
             }
         }
-        let (paths, default) = (&self.paths, self.config.default_path);
-        let prior = self.config.prior_loss;
-        let peer = self
-            .peers
-            .entry(addr)
-            .or_insert_with(|| Peer::new(paths.get(&addr).copied().unwrap_or(default), now, prior));
+        let (paths, cfg) = (&self.paths, &self.config);
+        let peer = self.peers.entry(addr).or_insert_with(|| {
+            let configured = paths.get(&addr).copied();
+            let params = configured.unwrap_or(cfg.default_path);
+            Peer::new(params, configured.is_some(), now, cfg)
+        });
         peer.last_active = now;
         peer
     }

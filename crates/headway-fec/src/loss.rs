@@ -1,10 +1,10 @@
 //! The receiver's loss measurement and the sender's choice of how many recovery shards to send.
 
 /// Sequence numbers per measurement epoch.
-const EPOCH: u32 = 256;
+pub(crate) const EPOCH: u32 = 256;
 /// How far past an epoch's end the highest sequence number must be before the epoch is
 /// counted, so that slightly reordered datagrams still count as received.
-const SLACK: u32 = 64;
+pub(crate) const SLACK: u32 = 64;
 /// A jump of the sequence number further than this (either way) means the sender restarted.
 const RESTART: u32 = 1 << 20;
 

@@ -10,12 +10,13 @@
 //! ```
 //!
 //! - `kind` is `0xA0` (data the sender does not keep), `0xA1` (data the sender keeps for
-//!   repair) or `0xA2` (repair). The values have QUIC's "fixed bit" (0x40) clear, so no QUIC
+//!   repair), `0xA2` (repair) or `0xA3` (a probe: the header alone, sent so that the receiver
+//!   can measure the path before data flows). The values have QUIC's "fixed bit" (0x40) clear, so no QUIC
 //!   packet (RFC 9000 §17) starts with one: a receiver tells an FEC datagram from a plain one by
 //!   its first byte.
-//! - `seq` numbers the datagrams the sender keeps for this receiver, one by one (wrapping); the
-//!   receiver measures the path's loss from its gaps. A datagram of another kind carries the
-//!   next number without consuming it.
+//! - `seq` numbers the datagrams the sender keeps for this receiver and its probes, one by one
+//!   (wrapping, from a random start); the receiver measures the path's loss from its gaps. A
+//!   datagram of another kind carries the next number without consuming it.
 //! - `loss` is the sender's own measurement of the loss on the reverse path (the datagrams it
 //!   receives from this receiver): `0..=65534` is the fraction × 65534, `0xFFFF` "not measured
 //!   yet". It is how each side learns how much repair the other needs.
@@ -42,6 +43,8 @@ pub enum Kind {
     Kept,
     /// A recovery shard.
     Repair,
+    /// A probe: no payload, counted by the receiver's loss measurement.
+    Probe,
 }
 
 impl Kind {
@@ -50,6 +53,7 @@ impl Kind {
             Kind::Data => 0xA0,
             Kind::Kept => 0xA1,
             Kind::Repair => 0xA2,
+            Kind::Probe => 0xA3,
         }
     }
 
@@ -59,6 +63,7 @@ impl Kind {
             0xA0 => Some(Kind::Data),
             0xA1 => Some(Kind::Kept),
             0xA2 => Some(Kind::Repair),
+            0xA3 => Some(Kind::Probe),
             _ => None,
         }
     }
@@ -239,9 +244,9 @@ mod tests {
 
     proptest! {
         #[test]
-        fn headers_round_trip(kind in 0u8..3, seq: u32, loss: u16, first: u32, count: u16,
+        fn headers_round_trip(kind in 0u8..4, seq: u32, loss: u16, first: u32, count: u16,
                               recovery in 1u16.., index: u16, half in 1usize..800) {
-            let kind = [Kind::Data, Kind::Kept, Kind::Repair][kind as usize];
+            let kind = [Kind::Data, Kind::Kept, Kind::Repair, Kind::Probe][kind as usize];
             let h = Header { kind, seq, loss: LossReport(loss) };
             prop_assert_eq!(Header::parse(&h.emit()), Ok(h));
             let count = count.max(1);

@@ -336,6 +336,18 @@ pub enum FlowError {
     Write(#[from] quinn::WriteError),
 }
 
+/// The loss of one peer's path as the forward error correction measures it (probes and data
+/// datagrams; `None` until a measurement epoch of 256 datagrams finished).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PathLoss {
+    /// The peer's configured name.
+    pub peer: String,
+    /// The loss of what this side sends, as the peer measured and reported it.
+    pub to: Option<f64>,
+    /// The loss of what the peer sends, as measured here.
+    pub from: Option<f64>,
+}
+
 /// Counters of an endpoint.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EndpointStats {
@@ -456,7 +468,20 @@ impl Endpoint {
         });
         let udp = runtime.wrap_udp_socket(socket)?;
         let fec = options.fec.then(|| {
-            let fec = FecSocket::wrap(udp.clone(), headway_fec::Fec::new(Default::default()));
+            // A random first sequence number lets the peer tell this run from the last.
+            let first_seq = {
+                use std::hash::{BuildHasher, Hasher};
+                std::collections::hash_map::RandomState::new()
+                    .build_hasher()
+                    .finish() as u32
+            };
+            let fec = FecSocket::wrap(
+                udp.clone(),
+                headway_fec::Fec::new(headway_fec::Config {
+                    first_seq,
+                    ..Default::default()
+                }),
+            );
             for p in &peers {
                 fec.configure(
                     p.addr,
@@ -616,6 +641,26 @@ impl Endpoint {
                 .map(|f| f.stats())
                 .unwrap_or_default(),
         }
+    }
+
+    /// The loss the forward error correction measured on the path to and from each configured
+    /// peer, in configuration order; empty without FEC (see [`PathLoss`]).
+    pub fn path_loss(&self) -> Vec<PathLoss> {
+        let Some(fec) = &self.shared.fec else {
+            return Vec::new();
+        };
+        self.shared
+            .peers
+            .iter()
+            .map(|p| {
+                let (to, from) = fec.path_loss(p.addr);
+                PathLoss {
+                    peer: p.name.clone(),
+                    to,
+                    from,
+                }
+            })
+            .collect()
     }
 
     /// Closes every connection and stops accepting; flows in progress are cut.

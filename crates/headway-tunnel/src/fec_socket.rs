@@ -5,7 +5,7 @@
 //! gets the FEC header (7 bytes) and, on a protected path, a copy in the send window; each
 //! datagram received loses its header before quinn sees it, repair shards are consumed, and
 //! datagrams restored from them are handed to quinn as if they had arrived. A task per socket
-//! waits for the end of each burst ([`headway_fec::Fec::poll_timeout`]) and sends its repair.
+//! waits for the end of each burst ([`headway_fec::Fec::poll_timeout`]) and sends its repair, and sends the probes that measure the path.
 //! The FEC decisions are all `headway-fec`'s; this module only moves bytes and keeps time.
 //!
 //! quinn sees datagrams 7 bytes smaller than the wire's: the endpoint lowers quinn's MTU
@@ -18,9 +18,9 @@
 use std::fmt;
 use std::io::{self, IoSliceMut};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{ready, Context, Poll};
+use std::time::Instant;
 
 use headway_core::clock::SystemClock;
 use headway_fec::wire::Kind;
@@ -33,9 +33,6 @@ use tokio::sync::Notify;
 pub(crate) struct FecSocket {
     inner: Arc<dyn AsyncUdpSocket>,
     state: Mutex<State>,
-    /// Set while the repair task knows a burst may be open; a send that finds it clear wakes
-    /// the task.
-    armed: AtomicBool,
     wake: Arc<Notify>,
 }
 
@@ -43,6 +40,9 @@ struct State {
     fec: Fec,
     /// The datagrams of one `try_send`, headers added.
     buf: Vec<u8>,
+    /// When the repair task wakes next (`None`: when woken). A send that makes the layer's
+    /// next deadline earlier wakes the task.
+    task_wakes_at: Option<Instant>,
 }
 
 impl fmt::Debug for FecSocket {
@@ -64,8 +64,8 @@ impl FecSocket {
             state: Mutex::new(State {
                 fec,
                 buf: Vec::new(),
+                task_wakes_at: None,
             }),
-            armed: AtomicBool::new(false),
             wake: wake.clone(),
         });
         tokio::spawn(repair_task(Arc::downgrade(&socket), wake));
@@ -82,6 +82,11 @@ impl FecSocket {
         self.lock()
             .fec
             .handle_written(SystemClock::now(), addr, bytes);
+    }
+
+    /// The loss to and from `addr` (see `headway_fec::Fec::path_loss`).
+    pub(crate) fn path_loss(&self, addr: std::net::SocketAddr) -> (Option<f64>, Option<f64>) {
+        self.lock().fec.path_loss(addr)
     }
 
     /// The FEC counters.
@@ -114,7 +119,11 @@ impl AsyncUdpSocket for FecSocket {
             .max(1);
         let now = SystemClock::now();
         let mut guard = self.lock();
-        let State { fec, buf } = &mut *guard;
+        let State {
+            fec,
+            buf,
+            task_wakes_at,
+        } = &mut *guard;
         buf.clear();
         let (mut sent, mut kept) = (0, 0);
         for datagram in transmit.contents.chunks(seg) {
@@ -153,8 +162,14 @@ impl AsyncUdpSocket for FecSocket {
                 tracing::trace!(datagrams = repair, "fec: block full, sent its repair");
             }
         }
+        // A burst opened: its end may come before what the task sleeps for (the next probe).
+        let due = fec.poll_timeout();
+        let wake = due.is_some_and(|d| task_wakes_at.is_none_or(|t| d < t));
+        if wake {
+            *task_wakes_at = due;
+        }
         drop(guard);
-        if r.is_ok() && !self.armed.swap(true, Ordering::AcqRel) {
+        if wake {
             self.wake.notify_one();
         }
         r
@@ -204,7 +219,7 @@ impl AsyncUdpSocket for FecSocket {
             if out > 0 {
                 return Poll::Ready(Ok(out));
             }
-            // Only repair shards (or malformed datagrams) arrived: read again.
+            // Only repair shards, probes (or malformed datagrams) arrived: read again.
         }
     }
 
@@ -240,7 +255,7 @@ fn strip(fec: &mut Fec, now: std::time::Instant, m: &RecvMeta, buf: &mut [u8]) -
         let keep = match fec.handle_recv(now, m.addr, &buf[off..end]) {
             Received::Data { offset } => Some(off + offset),
             Received::Plain => Some(off),
-            Received::Repair | Received::Invalid => None,
+            Received::Repair | Received::Probe | Received::Invalid => None,
         };
         if let Some(from) = keep {
             let n = end - from;
@@ -281,16 +296,15 @@ fn deliver_restored(
     out
 }
 
-/// Sends each burst's repair when the burst ends; returns when the socket is dropped.
+/// Sends each burst's repair when the burst ends, and the probes; returns when the socket is
+/// dropped.
 async fn repair_task(socket: Weak<FecSocket>, wake: Arc<Notify>) {
     loop {
         let deadline = {
             let Some(s) = socket.upgrade() else { return };
-            s.armed.store(false, Ordering::Release);
-            let d = s.lock().fec.poll_timeout();
-            if d.is_some() {
-                s.armed.store(true, Ordering::Release);
-            }
+            let mut state = s.lock();
+            let d = state.fec.poll_timeout();
+            state.task_wakes_at = d;
             d
         };
         match deadline {
@@ -313,7 +327,7 @@ async fn repair_task(socket: Weak<FecSocket>, wake: Arc<Notify>) {
         }
         tracing::trace!(
             datagrams = repair.len(),
-            "fec: burst ended, sending its repair"
+            "fec: a burst ended or probes are due, sending them"
         );
         let mut poller = s.inner.clone().create_io_poller();
         for (destination, datagram) in repair {

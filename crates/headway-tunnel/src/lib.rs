@@ -34,7 +34,7 @@ mod verify;
 
 pub use endpoint::{
     code, BindError, ConnectError, Connection, Endpoint, EndpointStats, FlowError, HandshakeError,
-    InboundFlow, Options, PeerConfig, PeerId, Refusal, WriteMeter, ALPN, HELLO,
+    InboundFlow, Options, PathLoss, PeerConfig, PeerId, Refusal, WriteMeter, ALPN, HELLO,
 };
 pub use header::{FlowHeader, HeaderError, ServiceClass, ServiceId};
 pub use identity::{Fingerprint, FingerprintError, Identity, IdentityError, CERT_NAME};

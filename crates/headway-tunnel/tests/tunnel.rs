@@ -584,32 +584,37 @@ async fn lossy_relay(
     (ra, rb, task)
 }
 
+/// Two FEC endpoints, `a` and `b`, talking through a [`lossy_relay`] that drops every 20th
+/// datagram from a to b, on a long fat WAN link, so the path is protected (FEC covers links up
+/// to 1 Gbit/s whose bandwidth-delay product holds 192 packets or more: 333 here).
+async fn fec_pair_through_lossy_relay() -> (Endpoint, Endpoint, tokio::task::JoinHandle<()>) {
+    let (a_id, b_id) = (Identity::generate().unwrap(), Identity::generate().unwrap());
+    let (sa, sb, aa, ba) = two_sockets();
+    let (ra, rb, relay) = lossy_relay(aa, ba, 20).await;
+    let wan = |name: &str, addr, fp| {
+        let mut p = PeerConfig::new(name, addr, fp, Rate::from_mbps(200));
+        p.rtt_estimate = Duration::from_millis(20);
+        p
+    };
+    let fec = Options {
+        fec: true,
+        ..Options::default()
+    };
+    let a = Endpoint::from_socket(
+        sa,
+        &a_id,
+        vec![wan("b", ra, b_id.fingerprint())],
+        fec.clone(),
+    )
+    .unwrap();
+    let b = Endpoint::from_socket(sb, &b_id, vec![wan("a", rb, a_id.fingerprint())], fec).unwrap();
+    (a, b, relay)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fec_restores_datagrams_a_lossy_path_dropped() {
     bounded(async {
-        let (a_id, b_id) = (Identity::generate().unwrap(), Identity::generate().unwrap());
-        let (sa, sb, aa, ba) = two_sockets();
-        let (ra, rb, relay) = lossy_relay(aa, ba, 20).await;
-        // A long fat WAN link, so the path is protected (FEC covers links up to 1 Gbit/s
-        // whose bandwidth-delay product holds 192 packets or more: 333 here).
-        let wan = |name: &str, addr, fp| {
-            let mut p = PeerConfig::new(name, addr, fp, Rate::from_mbps(200));
-            p.rtt_estimate = Duration::from_millis(20);
-            p
-        };
-        let fec = Options {
-            fec: true,
-            ..Options::default()
-        };
-        let a = Endpoint::from_socket(
-            sa,
-            &a_id,
-            vec![wan("b", ra, b_id.fingerprint())],
-            fec.clone(),
-        )
-        .unwrap();
-        let b =
-            Endpoint::from_socket(sb, &b_id, vec![wan("a", rb, a_id.fingerprint())], fec).unwrap();
+        let (a, b, relay) = fec_pair_through_lossy_relay().await;
         let data = random_bytes(7, 3_000_000);
         let want = sha(&data);
         for round in 0..3 {
@@ -635,6 +640,51 @@ async fn fec_restores_datagrams_a_lossy_path_dropped() {
         assert!(fb.repair_received >= 1, "{fb:?}");
         assert!(fb.recovered >= 1, "nothing restored: {fb:?}");
         assert_eq!(fb.invalid, 0);
+        relay.abort();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_tunnel_measures_its_path_and_repairs_a_short_exchange_at_once() {
+    bounded(async {
+        let (a, b, relay) = fec_pair_through_lossy_relay().await;
+        let conn = a.connect(PeerId(0)).await.unwrap();
+        // The probe train measures the path before any data: b reports a → b's loss (5 %,
+        // averaged with the 1 % prior over the first epoch) and a measures b → a's (none).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let loss = loop {
+            let p = a.path_loss();
+            if let (Some(to), Some(from)) = (p[0].to, p[0].from) {
+                break (to, from);
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{p:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert!((0.015..0.06).contains(&loss.0), "{loss:?}");
+        assert!(loss.1 < 0.01, "{loss:?}");
+        assert!(a.stats().fec.probes_sent >= u64::from(headway_fec::PROBE_TRAIN));
+        // Past the train the socket's task sleeps until the next idle probe (100 ms away); a
+        // short exchange must still get its repair one idle gap (2 ms here) after it went out.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        for round in 0..5u32 {
+            let windows = a.stats().fec.windows;
+            let (mut send, _recv) = conn.open_flow(&header(round)).await.unwrap();
+            send.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+            let start = tokio::time::Instant::now();
+            while a.stats().fec.windows == windows {
+                assert!(
+                    start.elapsed() < Duration::from_millis(40),
+                    "round {round}: no repair 40 ms after a short exchange"
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            send.finish().unwrap();
+            let mut flow = b.accept_flow().await.unwrap();
+            let got = flow.recv.read_to_end(1 << 16).await.unwrap();
+            assert_eq!(got, b"GET / HTTP/1.1\r\n\r\n");
+            tokio::time::sleep(Duration::from_millis(37)).await;
+        }
         relay.abort();
     })
     .await;

@@ -343,6 +343,11 @@ impl Appliance {
         self.shared.endpoint.stats()
     }
 
+    /// The measured loss of each configured peer's path (empty without FEC).
+    pub fn tunnel_paths(&self) -> Vec<headway_tunnel::PathLoss> {
+        self.shared.endpoint.path_loss()
+    }
+
     /// A snapshot of the counters and of the stores' usage.
     pub fn stats(&self) -> ApplianceStats {
         let mut s = self.shared.stats.snapshot();

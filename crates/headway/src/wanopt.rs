@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use headway_admin::{WanoptControl, WanoptStats, WanoptTunnel};
+use headway_admin::{WanoptControl, WanoptPath, WanoptStats, WanoptTunnel};
 use headway_config::wanopt::ServiceClass as ConfigClass;
 use headway_config::WanoptConfig;
 use headway_dedup::DedupKey;
@@ -310,7 +310,18 @@ impl WanoptControl for ApplianceView {
             fec_repair_received: t.fec.repair_received,
             fec_recovered: t.fec.recovered,
             fec_unrecoverable: t.fec.unrecoverable,
+            fec_probes_sent: t.fec.probes_sent,
+            fec_probes_received: t.fec.probes_received,
         };
+        stats.paths = a
+            .tunnel_paths()
+            .into_iter()
+            .map(|p| WanoptPath {
+                peer: p.peer,
+                loss_out: p.to,
+                loss_in: p.from,
+            })
+            .collect();
         stats
     }
 }
