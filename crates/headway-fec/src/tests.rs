@@ -153,6 +153,45 @@ fn short_exchanges_are_protected_and_unprotected_paths_are_not() {
 }
 
 #[test]
+fn an_exchange_the_application_finished_is_repaired_after_the_exchange_gap() {
+    let slow = PathParams {
+        idle_gap: Duration::from_millis(120),
+        ..params()
+    };
+    let mut tx = Fec::new(Config::default());
+    tx.configure(b(), slow);
+    let now = t0();
+    // The application writes a request; the transport sends it in two datagrams. While 67
+    // bytes are unsent, the burst may still be paced: the idle gap applies.
+    tx.handle_written(now, b(), 120);
+    tx.handle_send(now, b(), &datagram(0, 53));
+    tx.handle_sent(now, b());
+    assert_eq!(tx.poll_timeout(), Some(now + slow.idle_gap));
+    // All written went out: repaired one exchange gap after the last datagram.
+    let t = now + Duration::from_millis(1);
+    tx.handle_send(t, b(), &datagram(1, 88));
+    tx.handle_sent(t, b());
+    assert!(tx.poll_transmit().is_none());
+    assert_eq!(tx.poll_timeout(), Some(t + EXCHANGE_GAP));
+    tx.handle_timeout(t + EXCHANGE_GAP);
+    assert!(tx.poll_transmit().is_some(), "repaired");
+    while tx.poll_transmit().is_some() {}
+    // Acknowledgements alone (nothing written) wait for the idle gap.
+    let t = now + Duration::from_secs(1);
+    tx.handle_send(t, b(), &datagram(2, 40));
+    tx.handle_sent(t, b());
+    assert_eq!(tx.poll_timeout(), Some(t + slow.idle_gap));
+    tx.handle_timeout(t + slow.idle_gap);
+    while tx.poll_transmit().is_some() {}
+    // So does an answer with more written than sent so far.
+    let later = now + Duration::from_secs(2);
+    tx.handle_written(later, b(), 5000);
+    tx.handle_send(later, b(), &datagram(3, 1400));
+    tx.handle_sent(later, b());
+    assert_eq!(tx.poll_timeout(), Some(later + slow.idle_gap));
+}
+
+#[test]
 fn acknowledgements_beside_a_transfer_are_not_repaired() {
     let (mut tx, _) = pair();
     let mut now = t0();
