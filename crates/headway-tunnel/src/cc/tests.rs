@@ -41,8 +41,9 @@ fn drive(core: &mut Core, rng: &mut Rng, start: Instant, secs: u64, loss: f64, r
 fn first_window_is_rate_times_rtt_estimate() {
     let now = start_instant();
     let c = core(now);
-    // 10 Mbit/s × (300 ms × 1.15 gain + 2 ms ACK allowance).
-    let expected = (1_250_000.0 * (0.3 * 1.15 + 0.002)) as u64;
+    // 10 Mbit/s × (300 ms × 1.15 gain + 2 ms ACK allowance) + 2 packets for the receiver's
+    // acknowledging every second one.
+    let expected = (1_250_000.0 * (0.3 * 1.15 + 0.002)) as u64 + 2 * u64::from(MTU);
     assert_eq!(c.window(), expected);
     assert_eq!(c.pacing_rate(), RATE);
 }
@@ -59,10 +60,10 @@ fn window_follows_min_rtt_so_rate_is_the_configured_one() {
             min: Duration::from_millis(100),
         },
     );
-    // window / min_rtt = rate × (gain + allowance / min_rtt): the configured rate plus the
-    // headroom.
+    // window / min_rtt = rate × (gain + allowance / min_rtt) + 2 MTU / min_rtt: the configured
+    // rate plus the headroom.
     let rate = c.window() as f64 / 0.1;
-    assert!((rate / 1_250_000.0 - 1.17).abs() < 0.001, "{rate}");
+    assert!((rate / 1_250_000.0 - 1.1892).abs() < 0.001, "{rate}");
 }
 
 #[test]
@@ -247,9 +248,10 @@ fn quinn_adapter_reports_the_core_window() {
     let factory = Arc::new(LinkRateFactory::new(Config::new(RATE)).unwrap());
     let mut ctl = factory.build(now, MTU);
     assert_eq!(ctl.initial_window(), ctl.window());
-    // 10 Mbit/s × (100 ms × 1.15 + 2 ms)
-    assert_eq!(ctl.window(), 146_250);
+    // 10 Mbit/s × (100 ms × 1.15 + 2 ms) + 2 × 1,200
+    assert_eq!(ctl.window(), 148_650);
     ctl.on_congestion_event(now, now, true, 10_000);
-    assert_eq!(ctl.window(), 146_250 / 2);
+    // Persistent congestion: half the share (the two packets stay).
+    assert_eq!(ctl.window(), 146_250 / 2 + 2_400);
     assert_eq!(ctl.metrics().pacing_rate, Some(5_000_000));
 }
