@@ -8,6 +8,9 @@
 //!   `decode/first_pass`: decompressing and hashing literals. Target ≥ 1 GB/s per core.
 //! - `encode/zstd_level`: first pass at levels 1 and 3, which chose the default level.
 //! - `chunk/avg`: chunking alone at 512 B, 1 KiB, 4 KiB and 8 KiB averages.
+//! - `ids/one_by_one`, `ids/batch`: fingerprinting 16 MiB of default-size chunks with
+//!   `DedupKey::chunk_id` per chunk and with the `BatchHasher` per 128 KiB of chunks (a literal
+//!   frame); `ids/whole`: the same bytes as one input, the ceiling of BLAKE3 on this core.
 //!
 //! `DEDUP_AVG=<bytes>` in the environment runs the codec benches at another average chunk size
 //! (that is how the default was chosen; see `headway_dedup::chunker`).
@@ -19,6 +22,7 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use headway_dedup::{
     ChunkParams, ChunkStore, Chunker, Decoder, DecoderConfig, DedupKey, Encoder, EncoderConfig,
@@ -137,6 +141,42 @@ fn benches(c: &mut Criterion) {
     let dec_store = store();
     assert_eq!(decode(&dec_store, &first), SIZE);
     g.bench_function("second_pass", |b| b.iter(|| decode(&dec_store, &second)));
+    g.finish();
+
+    let mut g = c.benchmark_group("ids");
+    g.sample_size(10);
+    let sample = &data[..16 << 20];
+    g.throughput(Throughput::Bytes(sample.len() as u64));
+    let mut batches: Vec<Vec<Bytes>> = Vec::new();
+    let mut chunker = Chunker::new(ChunkParams::DEFAULT);
+    for part in sample.chunks(128 << 10) {
+        let mut batch = Vec::new();
+        chunker.push(part, |c| batch.push(c));
+        batches.push(batch);
+    }
+    chunker.flush(|c| batches.push(vec![c]));
+    let k = key();
+    g.bench_function("one_by_one", |b| {
+        b.iter(|| {
+            let mut n = 0u8;
+            for c in batches.iter().flatten() {
+                n ^= k.chunk_id(c).as_bytes()[0];
+            }
+            black_box(n)
+        })
+    });
+    let mut hasher = k.batch_hasher();
+    let mut ids = Vec::new();
+    g.bench_function("batch", |b| {
+        b.iter(|| {
+            ids.clear();
+            for batch in &batches {
+                hasher.hash_into(batch, &mut ids);
+            }
+            black_box(ids.len())
+        })
+    });
+    g.bench_function("whole", |b| b.iter(|| black_box(k.chunk_id(sample))));
     g.finish();
 
     let mut g = c.benchmark_group("chunk");

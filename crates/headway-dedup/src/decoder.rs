@@ -46,7 +46,7 @@ use bytes::{Buf, Bytes, BytesMut};
 
 use crate::compress::Decompressor;
 use crate::encoder::data_digest;
-use crate::id::{ChunkId, DedupKey, Digest, DigestHasher};
+use crate::id::{BatchHasher, ChunkId, DedupKey, Digest, DigestHasher};
 use crate::store::{ChunkStore, PeerId};
 use crate::wire::{Chunks, DictRef, Mode, Need, Token, WireError, MAX_DICT_BYTES, MAX_RUN_CHUNKS};
 
@@ -148,6 +148,9 @@ pub struct Decoder {
     cfg: DecoderConfig,
     store: Arc<dyn ChunkStore>,
     key: DedupKey,
+    hasher: BatchHasher,
+    /// Ids computed by `hasher` (scratch).
+    ids: Vec<ChunkId>,
     dctx: Decompressor,
     dict: Vec<u8>,
     inbuf: BytesMut,
@@ -185,6 +188,8 @@ impl Decoder {
         Self {
             cfg,
             store,
+            hasher: key.batch_hasher(),
+            ids: Vec::new(),
             key,
             dctx: Decompressor::new(),
             dict: Vec::new(),
@@ -441,7 +446,7 @@ impl Decoder {
 
     /// Resolves a run from the store and verifies every chunk and the digest.
     fn resolve_run(
-        &self,
+        &mut self,
         first: &ChunkId,
         count: u32,
         digest: &Digest,
@@ -457,10 +462,13 @@ impl Decoder {
         if self.key.digest(list.iter().map(|(id, _)| id)) != *digest {
             return None;
         }
-        if list.iter().any(|(id, d)| self.key.chunk_id(d) != *id) {
-            return None;
-        }
-        Some(list)
+        let mut ids = std::mem::take(&mut self.ids);
+        ids.clear();
+        let chunks: Vec<&Bytes> = list.iter().map(|(_, d)| d).collect();
+        self.hasher.hash_into(&chunks, &mut ids);
+        let verified = ids.iter().zip(&list).all(|(got, (id, _))| got == id);
+        self.ids = ids;
+        verified.then_some(list)
     }
 
     /// Gathers the bytes of a literal's dictionary into `self.dict`; false if the store does
@@ -512,13 +520,17 @@ impl Decoder {
             chunks.payload,
             with_dict,
         )?;
-        let mut out = Vec::with_capacity(chunks.count());
+        let mut parts = Vec::with_capacity(chunks.count());
         let mut at = 0;
         for len in chunks.lens() {
-            let d = raw.slice(at..at + len);
+            parts.push(raw.slice(at..at + len));
             at += len;
-            out.push((self.key.chunk_id(&d), d));
         }
+        let mut ids = std::mem::take(&mut self.ids);
+        ids.clear();
+        self.hasher.hash_into(&parts, &mut ids);
+        let out = ids.iter().copied().zip(parts).collect();
+        self.ids = ids;
         Ok(out)
     }
 

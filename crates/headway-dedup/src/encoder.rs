@@ -47,7 +47,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::chunker::{ChunkParams, Chunker};
 use crate::compress::Compressor;
-use crate::id::{ChunkId, DedupKey, Digest, DigestHasher};
+use crate::id::{BatchHasher, ChunkId, DedupKey, Digest, DigestHasher};
 use crate::store::{ChunkStore, PeerId};
 use crate::wire::{
     Chunks, DictRef, Mode, Need, Token, MAX_DICT_BYTES, MAX_FRAME_CHUNKS, MAX_FRAME_RAW,
@@ -173,6 +173,10 @@ pub struct Encoder {
     store: Arc<dyn ChunkStore>,
     key: DedupKey,
     chunker: Chunker,
+    /// Chunks cut by one `handle_data` call, fingerprinted together by `hasher`.
+    cut: Vec<Bytes>,
+    hasher: BatchHasher,
+    ids: Vec<ChunkId>,
     compressor: Compressor,
     out: BytesMut,
     prev: Option<ChunkId>,
@@ -215,6 +219,9 @@ impl Encoder {
         Token::Hello { mode: cfg.mode }.emit(&mut out);
         Self {
             chunker: Chunker::new(cfg.chunks),
+            cut: Vec::new(),
+            hasher: key.batch_hasher(),
+            ids: Vec::new(),
             compressor: Compressor::new(cfg.level),
             store,
             key,
@@ -244,9 +251,10 @@ impl Encoder {
         }
         self.stats.lan_bytes += bytes.len() as u64;
         if self.cfg.mode == Mode::Dedup {
-            let mut chunker = std::mem::replace(&mut self.chunker, Chunker::new(self.cfg.chunks));
-            chunker.push(bytes, |c| self.on_chunk(c));
-            self.chunker = chunker;
+            let mut cut = std::mem::take(&mut self.cut);
+            self.chunker.push(bytes, |c| cut.push(c));
+            self.on_chunks(&mut cut);
+            self.cut = cut;
         } else {
             let mut rest = bytes;
             while !rest.is_empty() {
@@ -265,9 +273,10 @@ impl Encoder {
     /// Sends everything held back (a short final chunk, the open literal frame and run).
     pub fn flush(&mut self) {
         if self.cfg.mode == Mode::Dedup {
-            let mut chunker = std::mem::replace(&mut self.chunker, Chunker::new(self.cfg.chunks));
-            chunker.flush(|c| self.on_chunk(c));
-            self.chunker = chunker;
+            let mut cut = std::mem::take(&mut self.cut);
+            self.chunker.flush(|c| cut.push(c));
+            self.on_chunks(&mut cut);
+            self.cut = cut;
             self.close_literal();
             self.close_run();
         } else {
@@ -372,8 +381,19 @@ impl Encoder {
         &self.cfg
     }
 
-    fn on_chunk(&mut self, data: Bytes) {
-        let id = self.key.chunk_id(&data);
+    /// Fingerprints the chunks just cut (all at once: [`BatchHasher`]) and takes them in
+    /// order; leaves `cut` empty.
+    fn on_chunks(&mut self, cut: &mut Vec<Bytes>) {
+        let mut ids = std::mem::take(&mut self.ids);
+        ids.clear();
+        self.hasher.hash_into(cut, &mut ids);
+        for (id, data) in ids.iter().zip(cut.drain(..)) {
+            self.on_chunk(*id, data);
+        }
+        self.ids = ids;
+    }
+
+    fn on_chunk(&mut self, id: ChunkId, data: Bytes) {
         let probe = self
             .store
             .record(self.cfg.peer, self.prev.as_ref(), &id, &data);

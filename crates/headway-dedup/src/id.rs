@@ -17,6 +17,10 @@
 
 use std::fmt;
 
+mod batch;
+
+pub use batch::BatchHasher;
+
 /// The per-deployment secret key for chunk fingerprints (32 bytes).
 ///
 /// Every appliance of a deployment must use the same key; two appliances with different keys see
@@ -40,6 +44,12 @@ impl DedupKey {
     /// The fingerprint of `data` under this key.
     pub fn chunk_id(&self, data: &[u8]) -> ChunkId {
         ChunkId(*blake3::keyed_hash(&self.id_key, data).as_bytes())
+    }
+
+    /// A hasher for the ids of many chunks at once (faster than [`DedupKey::chunk_id`] per
+    /// chunk; the same ids).
+    pub fn batch_hasher(&self) -> BatchHasher {
+        BatchHasher::new(&self.id_key)
     }
 
     /// A hasher for a [`Digest`] over a list of chunk ids; feed ids with [`DigestHasher::push`].

@@ -92,6 +92,6 @@ pub mod wire;
 pub use chunker::{ChunkParams, ChunkParamsError, Chunker};
 pub use decoder::{DecodeError, Decoder, DecoderConfig, DecoderStats};
 pub use encoder::{EncodeError, Encoder, EncoderConfig, EncoderStats};
-pub use id::{ChunkId, DedupKey, Digest};
+pub use id::{BatchHasher, ChunkId, DedupKey, Digest};
 pub use store::{ChunkStore, MemoryStore, MemoryStoreStats, PeerId, Probe};
 pub use wire::{Mode, Need, Token, WireError};
