@@ -149,8 +149,6 @@ pub struct Decoder {
     store: Arc<dyn ChunkStore>,
     key: DedupKey,
     hasher: BatchHasher,
-    /// Ids computed by `hasher` (scratch).
-    ids: Vec<ChunkId>,
     dctx: Decompressor,
     dict: Vec<u8>,
     inbuf: BytesMut,
@@ -189,7 +187,6 @@ impl Decoder {
             cfg,
             store,
             hasher: key.batch_hasher(),
-            ids: Vec::new(),
             key,
             dctx: Decompressor::new(),
             dict: Vec::new(),
@@ -462,12 +459,9 @@ impl Decoder {
         if self.key.digest(list.iter().map(|(id, _)| id)) != *digest {
             return None;
         }
-        let mut ids = std::mem::take(&mut self.ids);
-        ids.clear();
         let chunks: Vec<&Bytes> = list.iter().map(|(_, d)| d).collect();
-        self.hasher.hash_into(&chunks, &mut ids);
+        let ids = self.hasher.hash(&chunks);
         let verified = ids.iter().zip(&list).all(|(got, (id, _))| got == id);
-        self.ids = ids;
         verified.then_some(list)
     }
 
@@ -526,12 +520,8 @@ impl Decoder {
             parts.push(raw.slice(at..at + len));
             at += len;
         }
-        let mut ids = std::mem::take(&mut self.ids);
-        ids.clear();
-        self.hasher.hash_into(&parts, &mut ids);
-        let out = ids.iter().copied().zip(parts).collect();
-        self.ids = ids;
-        Ok(out)
+        let ids = self.hasher.hash(&parts);
+        Ok(ids.iter().copied().zip(parts).collect())
     }
 
     fn push_slot(&mut self, slot: Slot) {

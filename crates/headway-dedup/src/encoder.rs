@@ -176,6 +176,7 @@ pub struct Encoder {
     /// Chunks cut by one `handle_data` call, fingerprinted together by `hasher`.
     cut: Vec<Bytes>,
     hasher: BatchHasher,
+    /// The ids of `cut`, copied out of `hasher` (scratch).
     ids: Vec<ChunkId>,
     compressor: Compressor,
     out: BytesMut,
@@ -386,7 +387,7 @@ impl Encoder {
     fn on_chunks(&mut self, cut: &mut Vec<Bytes>) {
         let mut ids = std::mem::take(&mut self.ids);
         ids.clear();
-        self.hasher.hash_into(cut, &mut ids);
+        ids.extend_from_slice(self.hasher.hash(cut));
         for (id, data) in ids.iter().zip(cut.drain(..)) {
             self.on_chunk(*id, data);
         }

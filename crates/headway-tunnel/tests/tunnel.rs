@@ -21,6 +21,18 @@ async fn bounded<T>(f: impl Future<Output = T>) -> T {
         .expect("test exceeded its deadline")
 }
 
+/// Polls `check` every 10 ms until it gives a value; panics with its last complaint after 5 s.
+async fn within_5s<T>(mut check: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match check() {
+            Ok(v) => return v,
+            Err(why) => assert!(tokio::time::Instant::now() < deadline, "{why}"),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 fn peer(name: &str, addr: SocketAddr, fingerprint: Fingerprint) -> PeerConfig {
     let mut p = PeerConfig::new(name, addr, fingerprint, Rate::from_mbps(2000));
     p.rtt_estimate = Duration::from_millis(5);
@@ -664,23 +676,24 @@ async fn an_idle_tunnel_measures_its_path_and_repairs_a_short_exchange_at_once()
         let conn = a.connect(PeerId(0)).await.unwrap();
         // The probe train measures the path before any data: b reports a → b's loss (5 %,
         // averaged with the 1 % prior over the first epoch) and a measures b → a's (none).
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        let loss = loop {
+        let loss = within_5s(|| {
             let p = a.path_loss();
-            if let (Some(to), Some(from)) = (p[0].to, p[0].from) {
-                break (to, from);
+            match (p[0].to, p[0].from) {
+                (Some(to), Some(from)) => Ok((to, from)),
+                _ => Err(format!("{p:?}")),
             }
-            assert!(tokio::time::Instant::now() < deadline, "{p:?}");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
+        })
+        .await;
         assert!((0.015..0.06).contains(&loss.0), "{loss:?}");
         assert!(loss.1 < 0.01, "{loss:?}");
         // The peer may report its first epoch before the whole train has gone out.
-        while a.stats().fec.probes_sent < u64::from(headway_fec::PROBE_TRAIN) {
+        within_5s(|| {
             let sent = a.stats().fec.probes_sent;
-            assert!(tokio::time::Instant::now() < deadline, "{sent} probes sent");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+            (sent >= u64::from(headway_fec::PROBE_TRAIN))
+                .then_some(())
+                .ok_or(format!("{sent} probes sent"))
+        })
+        .await;
         // Past the train the socket's task sleeps until the next idle probe (100 ms away); a
         // short exchange must still get its repair one idle gap (2 ms here) after it went out.
         tokio::time::sleep(Duration::from_millis(150)).await;

@@ -61,6 +61,8 @@ pub struct BatchHasher {
     /// The lanes of one many-input call: (input, piece position).
     group: Vec<(usize, usize)>,
     out: Vec<u8>,
+    /// The ids of the last batch.
+    ids: Vec<ChunkId>,
 }
 
 impl BatchHasher {
@@ -78,22 +80,22 @@ impl BatchHasher {
             tails: Vec::new(),
             group: Vec::new(),
             out: Vec::new(),
+            ids: Vec::new(),
         }
     }
 
-    /// Appends the keyed BLAKE3 of each of `inputs` to `ids`, in order.
-    pub fn hash_into<T: AsRef<[u8]>>(&mut self, inputs: &[T], ids: &mut Vec<ChunkId>) {
+    /// The keyed BLAKE3 of each of `inputs`, in order.
+    pub fn hash<T: AsRef<[u8]>>(&mut self, inputs: &[T]) -> &[ChunkId] {
         self.cvs.clear();
         self.first_cv.clear();
         self.tails.clear();
+        self.ids.clear();
         let mut most = 0;
         for (i, input) in inputs.iter().enumerate() {
-            let pieces = input.as_ref().len().div_ceil(PIECE).max(1);
+            let (pieces, whole) = shape(input.as_ref().len());
             self.first_cv.push(self.cvs.len());
             self.cvs.resize(self.cvs.len() + pieces, self.key);
             most = most.max(pieces);
-            let last = input.as_ref().len() - (pieces - 1) * PIECE;
-            let whole = last.div_ceil(BLOCK).max(1) - 1;
             self.tails.push((whole, pieces - 1, i));
         }
         // 1. Whole pieces that are not an input's last, one call per position.
@@ -119,15 +121,12 @@ impl BatchHasher {
         }
         self.tails = tails;
         // The final block of each last piece, then the tree.
-        ids.reserve(inputs.len());
         for (i, input) in inputs.iter().enumerate() {
             let input = input.as_ref();
             let first = self.first_cv[i];
-            let pieces = input.len().div_ceil(PIECE).max(1);
+            let (pieces, whole) = shape(input.len());
             let pos = pieces - 1;
-            let last = &input[pos * PIECE..];
-            let whole = last.len().div_ceil(BLOCK).max(1) - 1;
-            let tail = &last[whole * BLOCK..];
+            let tail = &input[pos * PIECE + whole * BLOCK..];
             let mut block = [0u8; BLOCK];
             block[..tail.len()].copy_from_slice(tail);
             let mut flags = KEYED_HASH | CHUNK_END;
@@ -145,8 +144,9 @@ impl BatchHasher {
             } else {
                 self.merge(first, pieces, true)
             };
-            ids.push(ChunkId(words_to_bytes(&root)));
+            self.ids.push(ChunkId(words_to_bytes(&root)));
         }
+        &self.ids
     }
 
     /// Runs many-input compressions over the lanes of `self.group`, `blocks` blocks each from
@@ -205,6 +205,14 @@ impl BatchHasher {
             .compress_in_place(&mut cv, &block, BLOCK as u8, 0, flags);
         cv
     }
+}
+
+/// An input of `len` bytes: its number of pieces, and the whole blocks of its last piece
+/// before the final block (which may be whole too, or empty for an empty input).
+fn shape(len: usize) -> (usize, usize) {
+    let pieces = len.div_ceil(PIECE).max(1);
+    let last = len - (pieces - 1) * PIECE;
+    (pieces, last.div_ceil(BLOCK).max(1) - 1)
 }
 
 fn words_to_bytes(words: &[u32; 8]) -> [u8; 32] {
@@ -279,21 +287,18 @@ mod tests {
         // Each length alone, and all of them in one batch (shared groups).
         let inputs: Vec<Vec<u8>> = (0..=data.len()).map(|n| data[..n].to_vec()).collect();
         let mut h = BatchHasher::new(&key);
-        let mut ids = Vec::new();
-        h.hash_into(&inputs, &mut ids);
-        assert_eq!(ids, reference(&key, &inputs));
+        assert_eq!(h.hash(&inputs), reference(&key, &inputs));
         for input in inputs.iter().step_by(61) {
-            let mut one = Vec::new();
-            h.hash_into(std::slice::from_ref(input), &mut one);
-            assert_eq!(one, reference(&key, std::slice::from_ref(input)));
+            let one = std::slice::from_ref(input);
+            assert_eq!(h.hash(one), reference(&key, one));
         }
     }
 
     #[test]
-    fn an_empty_batch_appends_nothing() {
-        let mut ids = vec![ChunkId([1; 32])];
-        BatchHasher::new(&[0; 32]).hash_into::<Vec<u8>>(&[], &mut ids);
-        assert_eq!(ids, vec![ChunkId([1; 32])]);
+    fn an_empty_batch_gives_no_ids() {
+        let mut h = BatchHasher::new(&[0; 32]);
+        assert_eq!(h.hash(&[b"x"]).len(), 1);
+        assert!(h.hash::<Vec<u8>>(&[]).is_empty());
     }
 
     proptest! {
@@ -308,9 +313,8 @@ mod tests {
                 .enumerate()
                 .map(|(i, &n)| (0..n).map(|j| (j as u8).wrapping_mul(seed) ^ i as u8).collect())
                 .collect();
-            let mut ids = Vec::new();
-            BatchHasher::new(&key).hash_into(&inputs, &mut ids);
-            prop_assert_eq!(ids, reference(&key, &inputs));
+            let mut h = BatchHasher::new(&key);
+            prop_assert_eq!(h.hash(&inputs), reference(&key, &inputs));
         }
     }
 }
