@@ -19,6 +19,8 @@
 //! - [`netns`]: moving the calling thread into a named network namespace (`/run/netns/NAME`).
 //! - [`transparent`]: `IP_TRANSPARENT` listeners for TPROXY interception.
 //! - [`splice`]: zero-copy socket-to-socket moves through a pipe (the ADC's L4 path).
+//! - [`stream`]: a non-blocking socket read into an uninitialised buffer (the ADC's client
+//!   sockets before they are registered with the reactor).
 //! - [`tcp`]: the TCP options `socket2` lacks (minimum RTO, delayed-ACK ceiling, window clamp),
 //!   for the ADC's TCP profiles.
 //! - [`raw`]: raw IPv4 sockets that send whole packets (the lab's SYN flooder).
@@ -38,6 +40,7 @@ pub mod packet;
 pub mod raw;
 pub mod sched;
 pub mod splice;
+pub mod stream;
 pub mod tcp;
 pub mod timer;
 pub mod transparent;

@@ -13,6 +13,8 @@
 //! - [`http`]: the L7 path (HTTP/1.1 with keep-alive and pipelining, HTTP/2 with prior
 //!   knowledge; content switching, header rules, forwarding headers, retries, framing checks,
 //!   access log) — its module doc draws the phases;
+//! - [`client_socket`]: client connections, registered with the reactor only when they have
+//!   to wait;
 //! - [`l4`]: the `tcp` virtual servers (bytes both ways, half-close carried);
 //! - [`limits`]: per-client connection and rate limits;
 //! - [`tcp_profile`]: TCP profiles set on listeners, client and server connections, and the
@@ -38,6 +40,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cache;
+pub mod client_socket;
 pub mod group;
 pub mod health;
 pub mod http;

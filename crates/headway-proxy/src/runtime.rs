@@ -25,19 +25,22 @@
 //! and returns.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use headway_config::adc::{AdcConfig, VirtualServerKind};
+use headway_io::stream::Listener as Listening;
 use headway_lb::health::AdminState;
 use parking_lot::Mutex;
-use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
 use crate::cache::{Cache, Purge, PurgeError, PurgeReport};
+use crate::client_socket::ClientSocket;
 use crate::group::{Group, GroupState, ServerState};
 use crate::http::access_log::{LogError, Logger};
 use crate::http::route::Router;
@@ -414,13 +417,15 @@ impl Proxy {
         });
         for (addr, sock, i) in new_listeners {
             let vs = generation.virtual_servers[i].clone();
+            // What `bind` set on the listening socket, which accepted sockets inherit.
+            let bound_profile = vs.config.tcp_profile.clone();
             let bound = sock.local_addr().unwrap_or(addr);
             let slot = Arc::new(Slot {
                 vs: ArcSwap::new(vs),
             });
             let tls = Arc::new(ArcSwapOption::new(generation.terminators[i].clone()));
             let (draining, rx) = watch::channel(false);
-            match TcpListener::from_std(sock) {
+            match Listening::new(sock) {
                 Ok(l) => {
                     tokio::spawn(accept_loop(
                         l,
@@ -428,6 +433,7 @@ impl Proxy {
                         tls.clone(),
                         rx,
                         sh.tracker.clone(),
+                        bound_profile,
                     ));
                     listeners.insert(
                         addr,
@@ -641,11 +647,12 @@ fn log_tcp_report(r: &crate::tcp_profile::Report) {
 
 /// Accepts until the listener drains; each connection runs in a task of its own.
 async fn accept_loop(
-    listener: TcpListener,
+    listener: Listening,
     slot: Arc<Slot>,
     tls: Arc<ArcSwapOption<Terminator>>,
     mut draining: watch::Receiver<bool>,
     tracker: Arc<Tracker>,
+    bound_profile: Option<headway_config::tcp::TcpProfile>,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -678,7 +685,12 @@ async fn accept_loop(
             counters.refused_connections.inc();
             continue;
         };
-        crate::tcp_profile::apply_client(&stream, vs.config.tcp_profile.as_ref());
+        let stream = ClientSocket::new(stream);
+        crate::tcp_profile::apply_accepted(
+            &stream,
+            vs.config.tcp_profile.as_ref(),
+            bound_profile.as_ref(),
+        );
         drop(vs);
         counters.active_connections.inc();
         tracker.live.fetch_add(1, Ordering::SeqCst);
@@ -688,20 +700,37 @@ async fn accept_loop(
         let tls = (kind == VirtualServerKind::Https)
             .then(|| tls.load_full())
             .flatten();
+        // Each kind's connection future is boxed before it is spawned. The state machine of
+        // the largest kind (an https connection: handshake, then HTTP/1 or HTTP/2 over TLS)
+        // is kilobytes, and tokio moves a task's future by value when it is spawned and when
+        // it completes; a box is copied once, and the task holds a pointer.
+        let serve: Pin<Box<dyn Future<Output = ()> + Send>> = match kind {
+            VirtualServerKind::Tcp => Box::pin(async move {
+                match stream.into_tokio() {
+                    Ok(s) => crate::l4::serve_connection(slot, s, peer).await,
+                    Err(e) => tracing::warn!(error = %e, "cannot register a client connection"),
+                }
+            }),
+            // A client that sends nothing is closed after the header timeout rather than the
+            // idle timeout (slow clients, see `crate::listen`): a cleartext HTTP connection
+            // reads its first bytes within it, an https one its handshake. The TLS handshake
+            // runs in the connection's task, never in the accept loop.
+            VirtualServerKind::Https => match tls {
+                Some(t) => Box::pin(async move {
+                    match stream.into_tokio() {
+                        Ok(s) => t.serve(slot, s, peer, drain).await,
+                        Err(e) => tracing::warn!(error = %e, "cannot register a client connection"),
+                    }
+                }),
+                None => {
+                    tracing::error!("an https listener without its TLS termination");
+                    Box::pin(std::future::ready(()))
+                }
+            },
+            _ => Box::pin(crate::http::serve_connection(slot, stream, peer, drain)),
+        };
         tokio::spawn(async move {
-            match kind {
-                VirtualServerKind::Tcp => crate::l4::serve_connection(slot, stream, peer).await,
-                // A client that sends nothing is closed after the header timeout rather than
-                // the idle timeout (slow clients, see `crate::listen`): a cleartext HTTP
-                // connection reads its first bytes within it, an https one its handshake.
-                // The TLS handshake runs here, in the connection's task, never in the accept
-                // loop.
-                VirtualServerKind::Https => match tls {
-                    Some(t) => t.serve(slot, stream, peer, drain).await,
-                    None => tracing::error!("an https listener without its TLS termination"),
-                },
-                _ => crate::http::serve_connection(slot, stream, peer, drain).await,
-            }
+            serve.await;
             drop(guard);
             counters.active_connections.dec();
             if tracker.live.fetch_sub(1, Ordering::SeqCst) == 1 {

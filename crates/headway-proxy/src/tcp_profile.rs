@@ -183,8 +183,32 @@ pub fn apply_listener(sock: &socket2::Socket, profile: Option<&TcpProfile>) {
 
 /// Sets a virtual server's profile on an accepted client connection. Without a profile:
 /// TCP_NODELAY only.
-pub fn apply_client(stream: &TcpStream, profile: Option<&TcpProfile>) {
+pub fn apply_client(stream: &impl AsFd, profile: Option<&TcpProfile>) {
     apply(stream, profile, Stage::Established, "client");
+}
+
+/// Sets on an accepted client connection what it did not inherit from its listener. Linux
+/// copies a listener's socket options to the connections it accepts, and the listener got
+/// `bound` (the virtual server's profile when it was bound, [`apply_listener`]); so when the
+/// virtual server still has that profile, only quick-ACK mode (a state of each connection, not
+/// an inherited option) is left to set, and a connection without a profile needs no system
+/// call at all. When a reload gave the virtual server another profile since, all of `profile`
+/// is set, as [`apply_client`] does.
+pub fn apply_accepted(
+    stream: &impl AsFd,
+    profile: Option<&TcpProfile>,
+    bound: Option<&TcpProfile>,
+) {
+    let same = profile.map(|p| &p.socket) == bound.map(|p| &p.socket);
+    match profile {
+        _ if !same => apply_client(stream, profile),
+        Some(p) if p.socket.quickack => {
+            if let Err(e) = SockRef::from(stream).set_tcp_quickack(true) {
+                log_refusal("client", &p.name)(Opt::Quickack, e);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Sets a server group's profile on a connection to a server made without [`connect`] (the

@@ -47,10 +47,10 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
 use hyper::body::{Body as _, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::cache::{Cache, Fetch, Lookup, Reply};
+use crate::client_socket::ClientSocket;
 use crate::group::{Affinity, Group, Lease, Unavailable};
 use crate::limits::ClientLimits;
 use crate::stats::VirtualServerCounters;
@@ -232,10 +232,25 @@ impl Watch {
 /// reset, which can destroy the answer before the client reads it. So such a connection is
 /// closed *lingering*: writing is shut down and what the client still sends is read and
 /// dropped for a short while (bounded in time and bytes), as HTTP servers do (RFC 9112 §9.6).
+///
+/// An HTTP/1 connection's stream also *defers the first write of each answer* by one turn of
+/// the scheduler: the first write after a request was read wakes the task and returns
+/// `Pending` once, so the connection tasks that are ready run before this one writes, and
+/// the answers of one scheduler pass go out close together. A client that is waiting for
+/// several answers (a load generator, a browser's parallel connections, a server behind a
+/// reverse proxy) is then woken once for many of them instead of once for each. Measured on
+/// loopback with wrk (64 keep-alive connections, 128 B answers, one worker), together with
+/// the same deferral of requests to servers: 12.9 → 11.9 µs of CPU per request, most of it
+/// in the kernel's wake-ups and context switches (HAProxy: 11.5 µs). HTTP/2 connections
+/// gather their frames in [`write_batch`] instead.
 struct ClientIo<S: Stream> {
     inner: Option<Guarded<S>>,
     activity: Arc<ConnActivity>,
     verdict: Arc<Verdict>,
+    /// Writes are deferred once after a read (HTTP/1).
+    defer_writes: bool,
+    /// A read brought bytes since the last write: the next write waits one turn.
+    answer_pending: bool,
 }
 
 /// A client byte stream: plain TCP, or TLS over it.
@@ -277,7 +292,9 @@ async fn linger<S: Stream>(mut s: S, refused: Option<framing::Violation>) {
         .await;
     }
     let _ = s.shutdown().await;
-    let mut buf = [0u8; 16 * 1024];
+    // On the heap: a buffer on the stack would be part of this task's future, which tokio
+    // moves by value when it spawns it.
+    let mut buf = vec![0u8; 16 * 1024];
     let mut left: usize = 256 * 1024;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
     while left > 0 {
@@ -292,6 +309,16 @@ impl<S: Stream> ClientIo<S> {
     fn stream(&mut self) -> &mut Guarded<S> {
         self.inner.as_mut().expect("taken only on drop")
     }
+
+    /// `Pending` (with the task already woken) if this write is the first of an answer and
+    /// has not waited its turn yet; see the type's docs.
+    fn defer_write(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if std::mem::take(&mut self.answer_pending) {
+            cx.waker().wake_by_ref();
+            return std::task::Poll::Pending;
+        }
+        std::task::Poll::Ready(())
+    }
 }
 
 impl<S: Stream> tokio::io::AsyncRead for ClientIo<S> {
@@ -301,8 +328,10 @@ impl<S: Stream> tokio::io::AsyncRead for ClientIo<S> {
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         let me = &mut *self;
+        let before = buf.filled().len();
         let r = std::pin::Pin::new(me.stream()).poll_read(cx, buf);
         if r.is_ready() {
+            me.answer_pending |= me.defer_writes && buf.filled().len() > before;
             me.activity.touch();
             let partial = me.stream().in_head();
             me.activity.head_partial.store(partial, Relaxed);
@@ -317,6 +346,7 @@ impl<S: Stream> tokio::io::AsyncWrite for ClientIo<S> {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
+        std::task::ready!(self.defer_write(cx));
         let r = std::pin::Pin::new(self.stream()).poll_write(cx, buf);
         if r.is_ready() {
             self.activity.touch();
@@ -329,6 +359,7 @@ impl<S: Stream> tokio::io::AsyncWrite for ClientIo<S> {
         cx: &mut std::task::Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> std::task::Poll<std::io::Result<usize>> {
+        std::task::ready!(self.defer_write(cx));
         let r = std::pin::Pin::new(self.stream()).poll_write_vectored(cx, bufs);
         if r.is_ready() {
             self.activity.touch();
@@ -377,12 +408,12 @@ struct Conn {
 /// virtual server allows it.
 pub async fn serve_connection(
     slot: Arc<Slot>,
-    mut stream: TcpStream,
+    mut stream: ClientSocket,
     peer: SocketAddr,
     drain: watch::Receiver<bool>,
 ) {
     // TCP_NODELAY (or Nagle, if the virtual server's TCP profile asks for it) was set when the
-    // connection was accepted (`crate::tcp_profile::apply_client`).
+    // connection was accepted (inherited from the listener: `crate::tcp_profile::apply_accepted`).
     let (allow_h2, limit) = {
         let vs = slot.vs.load();
         (vs.config.http2, vs.config.request_header_timeout)
@@ -422,6 +453,8 @@ pub async fn serve_stream<S: Stream>(
         )),
         activity: activity.clone(),
         verdict: verdict.clone(),
+        defer_writes: !h2,
+        answer_pending: false,
     };
     let conn = Arc::new(Conn {
         peer,
@@ -432,8 +465,10 @@ pub async fn serve_stream<S: Stream>(
         activity: activity.clone(),
     });
     let service = hyper::service::service_fn(move |req| {
-        let conn = conn.clone();
-        async move { Ok::<_, Infallible>(handle(conn, req).await) }
+        // Boxed: a request's state machine is kilobytes, and hyper moves the service's future
+        // into place by value; a box is copied once.
+        let response = Box::pin(handle(conn.clone(), req));
+        async move { Ok::<_, Infallible>(response.await) }
     });
     let idle = cfg.client_idle_timeout;
     let header = cfg.request_header_timeout;
@@ -444,7 +479,8 @@ pub async fn serve_stream<S: Stream>(
             .max_concurrent_streams(256);
         drop(vs);
         let c = b.serve_connection(TokioIo::new(write_batch::WriteBatch::new(io)), service);
-        drive(c, peer, drain, &activity, idle, header).await;
+        // Boxed, so that an HTTP/1 connection's future is not as large as an HTTP/2 one's.
+        Box::pin(drive(c, peer, drain, &activity, idle, header)).await;
     } else {
         let mut b = hyper::server::conn::http1::Builder::new();
         b.timer(TokioTimer::new())
@@ -469,7 +505,7 @@ pub async fn serve_stream<S: Stream>(
 /// connection preface (RFC 9113 §3.4). `None` when nothing came in time (or the client
 /// closed or failed without a byte). Bytes that are a part of the preface so far are waited
 /// on until the rest or `limit` (clients send it in one write, so that is rare).
-async fn first_bytes(stream: &mut TcpStream, limit: Duration) -> Option<(Bytes, bool)> {
+async fn first_bytes(stream: &mut ClientSocket, limit: Duration) -> Option<(Bytes, bool)> {
     use tokio::io::AsyncReadExt as _;
     const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     let deadline = tokio::time::Instant::now() + limit;
@@ -1084,7 +1120,10 @@ async fn exchange(
     };
     let sent_at = SystemClock::now();
     let deadline = tokio::time::Instant::now() + cfg.response_timeout;
-    // Send: the head, then the body (as the client sends it).
+    // Send: the head, then the body (as the client sends it). The head waits one turn of the
+    // scheduler first, so that the requests of the connections served in one pass reach the
+    // server together and wake it once (as the answers to clients do, see `ClientIo`).
+    tokio::task::yield_now().await;
     if let Err(e) = c.stream.write_all(head).await {
         failed(&e.to_string());
         return Err(if c.reused {

@@ -101,8 +101,20 @@ fn presets_report_their_route_words_and_host_mismatches() {
     assert!(r.warnings[1].contains("sysctl -w net.ipv4.tcp_sack=0"));
 }
 
+/// A listener on a free loopback port with `profile` set by [`apply_listener`].
+fn listener(profile: Option<&TcpProfile>) -> (tokio::net::TcpListener, SocketAddr) {
+    let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    apply_listener(&l, profile);
+    l.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+        .unwrap();
+    l.listen(16).unwrap();
+    l.set_nonblocking(true).unwrap();
+    let addr = l.local_addr().unwrap().as_socket().unwrap();
+    (tokio::net::TcpListener::from_std(l.into()).unwrap(), addr)
+}
+
 /// Every option of a profile set on real sockets: the listener, a connection made with
-/// [`connect`], and the accepted side after [`apply_client`] — read back with getsockopt.
+/// [`connect`], and the accepted side after [`apply_accepted`] — read back with getsockopt.
 #[tokio::test]
 async fn profiles_are_visible_on_live_sockets() {
     let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
@@ -127,18 +139,23 @@ async fn profiles_are_visible_on_live_sockets() {
         notsent_lowat: Some(32 << 10),
         window_clamp: Some(128 << 10),
     });
-    let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    apply_listener(&l, Some(&p));
-    l.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
-        .unwrap();
-    l.listen(16).unwrap();
-    l.set_nonblocking(true).unwrap();
-    let addr = l.local_addr().unwrap().as_socket().unwrap();
-    let l = tokio::net::TcpListener::from_std(l.into()).unwrap();
+    let (l, addr) = listener(Some(&p));
     let client = connect(addr, Some(&p)).await.unwrap();
     let (accepted, _) = l.accept().await.unwrap();
-    apply_client(&accepted, Some(&p));
-    for (side, s) in [("connect", &client), ("accepted", &accepted)] {
+    // The accepted side gets the options from its listener (apply_accepted sets only
+    // quick-ACK mode) ...
+    apply_accepted(&accepted, Some(&p), Some(&p));
+    // ... and a connection accepted after a reload changed the profile gets all of it.
+    let on_listener = profile(SocketOptions::default());
+    let client2 = connect(addr, None).await.unwrap();
+    let (reloaded, _) = l.accept().await.unwrap();
+    apply_accepted(&reloaded, Some(&p), Some(&on_listener));
+    drop(client2);
+    for (side, s) in [
+        ("connect", &client),
+        ("accepted", &accepted),
+        ("accepted after a reload", &reloaded),
+    ] {
         let r = SockRef::from(s);
         assert!(!r.tcp_nodelay().unwrap(), "{side}: Nagle on");
         // The kernel caps buffer sizes at wmem_max / rmem_max, then doubles them for its
@@ -193,12 +210,17 @@ async fn profiles_are_visible_on_live_sockets() {
             );
         }
     }
-    // Without a profile, TCP_NODELAY only.
+    // Without a profile, TCP_NODELAY only; a listener bound without one passes it on.
     let plain = connect(addr, None).await.unwrap();
     let (accepted, _) = l.accept().await.unwrap();
     apply_client(&accepted, None);
     assert!(SockRef::from(&plain).tcp_nodelay().unwrap());
     assert!(SockRef::from(&accepted).tcp_nodelay().unwrap());
+    let (bare, bare_addr) = listener(None);
+    let _c = connect(bare_addr, Some(&p)).await.unwrap();
+    let (inherited, _) = bare.accept().await.unwrap();
+    apply_accepted(&inherited, None, None);
+    assert!(SockRef::from(&inherited).tcp_nodelay().unwrap());
 }
 
 #[test]

@@ -1,0 +1,272 @@
+//! [`ClientSocket`]: a client connection that is used with plain non-blocking system calls and
+//! registered with tokio's reactor only when it has to wait.
+//!
+//! # Why
+//!
+//! Registering a socket with the reactor costs two system calls per connection (`epoll_ctl`
+//! to add it, and to delete it before it is closed) and an allocation. A client that sends its
+//! request as soon as it is connected and reads one answer — a browser's short request, a
+//! health checker, a load generator with `Connection: close`, another proxy — never makes the
+//! proxy wait on its socket: the request is there when the connection is accepted, and the
+//! answer fits in the socket's send buffer. Such a connection is read and written directly
+//! and closed without ever being registered. The first read or write that would block
+//! registers it, and from then on it is tokio's [`TcpStream`]. (HAProxy calls this
+//! speculative I/O; it is why it makes two system calls fewer per short connection.)
+//!
+//! Connections come from `headway_io::stream::Listener`, which accepts them without
+//! registering them (`accept4(SOCK_NONBLOCK | SOCK_CLOEXEC)`).
+
+use std::io::{self, IoSlice, Write as _};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// An accepted client connection, registered with the reactor only when it has to wait (see
+/// the module docs). Reads, writes and shutdown behave as [`TcpStream`]'s.
+#[derive(Debug)]
+pub struct ClientSocket {
+    state: State,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Not registered: used with plain non-blocking system calls.
+    Direct(std::net::TcpStream),
+    /// Registered with the reactor.
+    Registered(TcpStream),
+    /// Registration failed; the socket is closed.
+    Failed,
+}
+
+impl ClientSocket {
+    /// Wraps an accepted, non-blocking socket.
+    pub fn new(socket: std::net::TcpStream) -> ClientSocket {
+        ClientSocket {
+            state: State::Direct(socket),
+        }
+    }
+
+    /// Whether the socket has been registered with the reactor.
+    pub fn is_registered(&self) -> bool {
+        matches!(self.state, State::Registered(_))
+    }
+
+    /// The socket as tokio's stream, registered now if it was not.
+    pub fn into_tokio(mut self) -> io::Result<TcpStream> {
+        self.register()?;
+        match self.state {
+            State::Registered(s) => Ok(s),
+            _ => Err(closed()),
+        }
+    }
+
+    /// Registers the socket with the reactor (once) and returns tokio's stream.
+    fn register(&mut self) -> io::Result<&mut TcpStream> {
+        if let State::Direct(_) = self.state {
+            let State::Direct(s) = std::mem::replace(&mut self.state, State::Failed) else {
+                unreachable!("matched above")
+            };
+            self.state = State::Registered(TcpStream::from_std(s)?);
+        }
+        match &mut self.state {
+            State::Registered(s) => Ok(s),
+            _ => Err(closed()),
+        }
+    }
+
+    /// Tries `op` on the unregistered socket: `Some` with its outcome unless it would block.
+    /// `None` when the socket is (or must now be) registered.
+    fn direct<T>(
+        &self,
+        mut op: impl FnMut(&std::net::TcpStream) -> io::Result<T>,
+    ) -> Option<io::Result<T>> {
+        let State::Direct(s) = &self.state else {
+            return None;
+        };
+        loop {
+            match op(s) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
+                other => return Some(other),
+            }
+        }
+    }
+
+    /// The registered stream, registering it now if needed.
+    fn registered(&mut self) -> io::Result<Pin<&mut TcpStream>> {
+        self.register().map(Pin::new)
+    }
+}
+
+fn closed() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotConnected,
+        "the socket could not be registered",
+    )
+}
+
+impl AsFd for ClientSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match &self.state {
+            State::Direct(s) => s.as_fd(),
+            State::Registered(s) => s.as_fd(),
+            // A descriptor that is never valid cannot be made without `unsafe`; callers only
+            // set options on live sockets, so this is a bug if reached.
+            State::Failed => panic!("ClientSocket::as_fd on a socket that failed to register"),
+        }
+    }
+}
+
+impl AsyncRead for ClientSocket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if let Some(r) = me.direct(|s| headway_io::stream::recv_into(s, buf)) {
+            return Poll::Ready(r.map(drop));
+        }
+        match me.registered() {
+            Ok(s) => s.poll_read(cx, buf),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
+impl AsyncWrite for ClientSocket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        if let Some(r) = me.direct(|mut s| s.write(buf)) {
+            return Poll::Ready(r);
+        }
+        match me.registered() {
+            Ok(s) => s.poll_write(cx, buf),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        if let Some(r) = me.direct(|mut s| s.write_vectored(bufs)) {
+            return Poll::Ready(r);
+        }
+        match me.registered() {
+            Ok(s) => s.poll_write_vectored(cx, bufs),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().state {
+            State::Registered(s) => Pin::new(s).poll_flush(cx),
+            _ => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().state {
+            State::Direct(s) => Poll::Ready(s.shutdown(std::net::Shutdown::Write)),
+            State::Registered(s) => Pin::new(s).poll_shutdown(cx),
+            State::Failed => Poll::Ready(Err(closed())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn pair() -> (ClientSocket, TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let l = headway_io::stream::Listener::new(l).unwrap();
+        let addr = l.local_addr().unwrap();
+        let (c, accepted) = tokio::join!(TcpStream::connect(addr), l.accept());
+        let (s, peer) = accepted.unwrap();
+        let c = c.unwrap();
+        assert_eq!(peer, c.local_addr().unwrap());
+        (ClientSocket::new(s), c)
+    }
+
+    #[tokio::test]
+    async fn a_short_exchange_never_registers_the_socket() {
+        let (mut s, mut c) = pair().await;
+        c.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        // Wait until the request is there, as it is when a client sends it with its connect.
+        let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+        for _ in 0..500 {
+            if socket2::SockRef::from(&s).peek(&mut probe).is_ok() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        let mut buf = vec![0u8; 64];
+        let n = s.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"GET / HTTP/1.1\r\n\r\n");
+        s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+            .await
+            .unwrap();
+        s.shutdown().await.unwrap();
+        assert!(!s.is_registered(), "nothing had to wait");
+        let mut answer = String::new();
+        c.read_to_string(&mut answer).await.unwrap();
+        assert_eq!(answer, "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+    }
+
+    #[tokio::test]
+    async fn a_read_that_would_block_registers_and_waits() {
+        let (mut s, mut c) = pair().await;
+        let reader = tokio::spawn(async move {
+            let mut buf = vec![0u8; 5];
+            s.read_exact(&mut buf).await.unwrap();
+            (s.is_registered(), buf)
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        c.write_all(b"hello").await.unwrap();
+        let (registered, buf) = reader.await.unwrap();
+        assert!(registered);
+        assert_eq!(buf, b"hello");
+    }
+
+    #[tokio::test]
+    async fn a_write_that_would_block_registers_and_finishes_when_the_peer_reads() {
+        let (mut s, mut c) = pair().await;
+        let big = vec![7u8; 8 << 20];
+        let expected = big.len();
+        let writer = tokio::spawn(async move {
+            s.write_all(&big).await.unwrap();
+            s.shutdown().await.unwrap();
+            s.is_registered()
+        });
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).await.unwrap();
+        assert!(writer.await.unwrap(), "8 MiB does not fit in a send buffer");
+        assert_eq!(got.len(), expected);
+        assert!(got.iter().all(|&b| b == 7));
+    }
+
+    #[tokio::test]
+    async fn the_peer_closing_reads_as_the_end() {
+        let (mut s, c) = pair().await;
+        drop(c);
+        let mut buf = Vec::new();
+        let n = s.read_to_end(&mut buf).await.unwrap();
+        assert_eq!(n, 0);
+    }
+}
