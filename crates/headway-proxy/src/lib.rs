@@ -25,7 +25,9 @@
 //!   certificates) and TLS to servers;
 //! - [`cache`]: the integrated HTTP cache (RFC 9111, content groups and policies, request
 //!   coalescing, the flash cache, purges);
-//! - [`stats`]: the counters and the snapshot types.
+//! - [`stats`]: the counters and the snapshot types;
+//! - [`workers`]: the data-plane threads, one single-threaded runtime each ("thread per
+//!   core"), each with its own socket of every listening address.
 //!
 //! It does not parse or validate configuration (it takes [`headway_config::AdcConfig`] as
 //! validated), decide selection itself (the pure algorithms are `headway-lb`'s), or serve the
@@ -52,6 +54,7 @@ pub mod stats;
 pub mod tcp_profile;
 pub mod tls;
 pub mod upstream;
+pub mod workers;
 
 pub use runtime::{ApplyError, Proxy, StateError};
 pub use stats::{AdcSnapshot, GroupSnapshot, ServerSnapshot, VirtualServerSnapshot};

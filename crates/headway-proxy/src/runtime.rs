@@ -48,6 +48,7 @@ use crate::http::{Slot, VsRuntime, VsShared};
 use crate::stats::{AdcSnapshot, GroupSnapshot, VirtualServerSnapshot};
 use crate::tls::{Connector, Keys, Session, Terminator};
 use crate::upstream::Pool;
+use crate::workers::Workers;
 
 /// Why the proxy could not start or a new config could not be applied. Nothing was changed.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +75,9 @@ pub enum ApplyError {
     /// A TCP profile cannot be used on this host (see [`crate::tcp_profile::check`]).
     #[error(transparent)]
     TcpProfile(#[from] crate::tcp_profile::CheckError),
+    /// The data-plane threads could not be started.
+    #[error("cannot start the worker threads: {0}")]
+    Workers(std::io::Error),
     /// A TLS configuration could not be built.
     #[error("{what}: {source}")]
     Tls {
@@ -157,6 +161,8 @@ struct Shared {
     reloads_failed: AtomicU64,
     tracker: Arc<Tracker>,
     seed: u64,
+    /// The data-plane threads; last, so that everything above is dropped before they stop.
+    workers: Workers,
 }
 
 /// The running ADC. Cloning gives another handle to the same proxy.
@@ -174,9 +180,20 @@ impl std::fmt::Debug for Proxy {
 }
 
 impl Proxy {
-    /// Binds every virtual server, starts the monitors and returns once all listeners accept.
-    /// Must run inside a tokio runtime. `seed` seeds the selectors' tie-breaking.
+    /// [`Proxy::start_with`] one worker.
     pub async fn start(config: AdcConfig, seed: u64) -> Result<Proxy, ApplyError> {
+        Proxy::start_with(config, seed, 1).await
+    }
+
+    /// Starts `workers` data-plane threads ([`crate::workers`]), binds every virtual server,
+    /// starts the monitors and returns once all listeners accept. Must run inside a tokio
+    /// runtime, which runs the monitors and reloads. `seed` seeds the selectors' tie-breaking.
+    pub async fn start_with(
+        config: AdcConfig,
+        seed: u64,
+        workers: usize,
+    ) -> Result<Proxy, ApplyError> {
+        let workers = Workers::start(workers).map_err(ApplyError::Workers)?;
         let empty = Generation {
             number: 0,
             config: AdcConfig::default(),
@@ -195,6 +212,7 @@ impl Proxy {
                 reloads_failed: AtomicU64::new(0),
                 tracker: Arc::new(Tracker::default()),
                 seed,
+                workers,
             }),
         };
         proxy.apply(config).await?;
@@ -376,17 +394,18 @@ impl Proxy {
         let (generation, lasting) = self.build(config, number)?;
         log_tcp_report(&crate::tcp_profile::check(&generation.config)?);
         // Bind what is new before anything changes.
-        let mut new_listeners: Vec<(SocketAddr, std::net::TcpListener, usize)> = Vec::new();
+        let mut new_listeners: Vec<(SocketAddr, Vec<std::net::TcpListener>, usize)> = Vec::new();
         {
             let listeners = sh.listeners.lock();
             for (i, v) in generation.virtual_servers.iter().enumerate() {
                 if !listeners.contains_key(&v.config.listen) {
-                    let sock = bind(&v.config).map_err(|source| ApplyError::Bind {
-                        name: v.config.name.clone(),
-                        addr: v.config.listen,
-                        source,
-                    })?;
-                    new_listeners.push((v.config.listen, sock, i));
+                    let socks =
+                        bind(&v.config, sh.workers.len()).map_err(|source| ApplyError::Bind {
+                            name: v.config.name.clone(),
+                            addr: v.config.listen,
+                            source,
+                        })?;
+                    new_listeners.push((v.config.listen, socks, i));
                 }
             }
         }
@@ -415,38 +434,39 @@ impl Proxy {
                 false
             }
         });
-        for (addr, sock, i) in new_listeners {
+        for (addr, socks, i) in new_listeners {
             let vs = generation.virtual_servers[i].clone();
-            // What `bind` set on the listening socket, which accepted sockets inherit.
+            // What `bind` set on the listening sockets, which accepted sockets inherit.
             let bound_profile = vs.config.tcp_profile.clone();
-            let bound = sock.local_addr().unwrap_or(addr);
+            let bound = socks
+                .first()
+                .and_then(|s| s.local_addr().ok())
+                .unwrap_or(addr);
             let slot = Arc::new(Slot {
                 vs: ArcSwap::new(vs),
             });
             let tls = Arc::new(ArcSwapOption::new(generation.terminators[i].clone()));
             let (draining, rx) = watch::channel(false);
-            match Listening::new(sock) {
-                Ok(l) => {
-                    tokio::spawn(accept_loop(
-                        l,
-                        slot.clone(),
-                        tls.clone(),
-                        rx,
-                        sh.tracker.clone(),
-                        bound_profile,
-                    ));
-                    listeners.insert(
-                        addr,
-                        Listener {
-                            slot,
-                            tls,
-                            bound,
-                            draining,
-                        },
-                    );
-                }
-                Err(e) => tracing::error!(%addr, error = %e, "cannot register a listener"),
+            // One accept loop per worker, each on its own socket of the address.
+            for (w, sock) in socks.into_iter().enumerate() {
+                let (slot, tls, rx) = (slot.clone(), tls.clone(), rx.clone());
+                let (tracker, profile) = (sh.tracker.clone(), bound_profile.clone());
+                sh.workers.spawn(w, async move {
+                    match Listening::new(sock) {
+                        Ok(l) => accept_loop(l, slot, tls, rx, tracker, profile).await,
+                        Err(e) => tracing::error!(%addr, error = %e, "cannot register a listener"),
+                    }
+                });
             }
+            listeners.insert(
+                addr,
+                Listener {
+                    slot,
+                    tls,
+                    bound,
+                    draining,
+                },
+            );
         }
         drop(listeners);
         sh.current.store(generation);
@@ -512,7 +532,11 @@ impl Proxy {
                         None => Arc::new(ServerState::new(
                             s.address,
                             s.state,
-                            Pool::new(g.pool_max_idle as usize, g.pool_idle_timeout),
+                            Pool::new(
+                                g.pool_max_idle as usize,
+                                g.pool_idle_timeout,
+                                sh.workers.len(),
+                            ),
                         )),
                     };
                     st.pool.set_tls(connector.clone());
@@ -611,22 +635,58 @@ impl Proxy {
     }
 }
 
-/// The listening socket of virtual server `v`: `SO_REUSEADDR`, the virtual server's TCP
-/// profile (accepted connections inherit it, and the handshake follows it) and its backlog.
-/// What would weaken the listener under a SYN flood is logged ([`crate::listen::findings`]).
-fn bind(v: &headway_config::adc::VirtualServer) -> std::io::Result<std::net::TcpListener> {
-    let addr = v.listen;
+/// The listening sockets of virtual server `v`, one per worker: `SO_REUSEADDR`, the virtual
+/// server's TCP profile (accepted connections inherit it, and the handshake follows it) and its
+/// backlog. With more than one worker they share the address with `SO_REUSEPORT`, and the
+/// kernel spreads connections over them. The address is first bound once without it, so that
+/// an address another socket already listens on (another process, or a stale instance) is
+/// refused as it would be without sharing; port 0 gets its real port there. What would weaken
+/// the listener under a SYN flood is logged ([`crate::listen::findings`]).
+fn bind(
+    v: &headway_config::adc::VirtualServer,
+    workers: usize,
+) -> std::io::Result<Vec<std::net::TcpListener>> {
+    for f in crate::listen::findings(v.backlog, &crate::listen::ListenHost::read()) {
+        tracing::warn!(virtual_server = %v.name, listen = %v.listen, "{f}");
+    }
+    if workers <= 1 {
+        return Ok(vec![bind_one(v, v.listen, false)?]);
+    }
+    let addr = {
+        let probe = socket(v.listen, v, false)?;
+        probe.bind(&v.listen.into())?;
+        probe.local_addr()?.as_socket().unwrap_or(v.listen)
+    };
+    (0..workers).map(|_| bind_one(v, addr, true)).collect()
+}
+
+/// One listening socket of `v` on `addr`.
+fn bind_one(
+    v: &headway_config::adc::VirtualServer,
+    addr: SocketAddr,
+    shared: bool,
+) -> std::io::Result<std::net::TcpListener> {
+    let s = socket(addr, v, shared)?;
+    s.bind(&addr.into())?;
+    s.listen(i32::try_from(v.backlog).unwrap_or(i32::MAX))?;
+    Ok(s.into())
+}
+
+/// A non-blocking TCP socket for `addr` with `v`'s listener options, not bound yet.
+fn socket(
+    addr: SocketAddr,
+    v: &headway_config::adc::VirtualServer,
+    shared: bool,
+) -> std::io::Result<socket2::Socket> {
     let domain = socket2::Domain::for_address(addr);
     let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
     s.set_reuse_address(true)?;
+    if shared {
+        s.set_reuse_port(true)?;
+    }
     s.set_nonblocking(true)?;
     crate::tcp_profile::apply_listener(&s, v.tcp_profile.as_ref());
-    s.bind(&addr.into())?;
-    for f in crate::listen::findings(v.backlog, &crate::listen::ListenHost::read()) {
-        tracing::warn!(virtual_server = %v.name, listen = %addr, "{f}");
-    }
-    s.listen(i32::try_from(v.backlog).unwrap_or(i32::MAX))?;
-    Ok(s.into())
+    Ok(s)
 }
 
 /// Logs what the TCP profile check found: warnings, and the options Linux keeps per route,

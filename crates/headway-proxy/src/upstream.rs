@@ -5,7 +5,7 @@
 //! reads responses on it directly (`crate::http::codec` is the wire format), from the task that
 //! serves the client — no extra task and no channel per request.
 //!
-//! A request takes the most recently used idle connection ([`Pool::checkout`], LIFO: the one
+//! A request takes its worker's most recently used idle connection ([`Pool::checkout`], LIFO: the one
 //! least likely to have been closed by the server's idle timeout) or opens a new one. Every
 //! idle connection is first checked for a close or stray bytes from the server, so a request
 //! is not sent into a connection the server already closed: a non-blocking read that the
@@ -75,9 +75,11 @@ pub struct Conn {
     since: Instant,
 }
 
-/// The idle connections of one server.
+/// The idle connections of one server: a list per worker (see [`crate::workers`]) and one for
+/// any other thread. A connection is registered with the reactor of the worker that opened it
+/// and is only handed to that worker's requests, so its readiness never has to cross threads.
 pub struct Pool {
-    idle: Mutex<Vec<Conn>>,
+    idle: Box<[Mutex<Vec<Conn>>]>,
     tls: arc_swap::ArcSwapOption<Connector>,
     max_idle: AtomicUsize,
     idle_timeout_ms: AtomicU64,
@@ -86,17 +88,18 @@ pub struct Pool {
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pool")
-            .field("idle", &self.idle.lock().len())
+            .field("idle", &self.idle_len())
             .field("max_idle", &self.max_idle.load(Relaxed))
             .finish()
     }
 }
 
 impl Pool {
-    /// An empty pool keeping at most `max_idle` connections for `idle_timeout`.
-    pub fn new(max_idle: usize, idle_timeout: Duration) -> Self {
+    /// An empty pool for `workers` workers keeping at most `max_idle` connections per worker
+    /// for `idle_timeout`.
+    pub fn new(max_idle: usize, idle_timeout: Duration, workers: usize) -> Self {
         Pool {
-            idle: Mutex::new(Vec::new()),
+            idle: (0..=workers).map(|_| Mutex::new(Vec::new())).collect(),
             tls: arc_swap::ArcSwapOption::empty(),
             max_idle: AtomicUsize::new(max_idle),
             idle_timeout_ms: AtomicU64::new(idle_timeout.as_millis() as u64),
@@ -108,9 +111,18 @@ impl Pool {
         self.max_idle.store(max_idle, Relaxed);
         self.idle_timeout_ms
             .store(idle_timeout.as_millis() as u64, Relaxed);
-        let mut idle = self.idle.lock();
-        let excess = idle.len().saturating_sub(max_idle);
-        idle.drain(..excess);
+        for list in &self.idle {
+            let mut idle = list.lock();
+            let excess = idle.len().saturating_sub(max_idle);
+            idle.drain(..excess);
+        }
+    }
+
+    /// The calling worker's list (the last one on any other thread).
+    fn list(&self) -> &Mutex<Vec<Conn>> {
+        let others = self.idle.len() - 1;
+        let i = crate::workers::current().filter(|&i| i < others);
+        &self.idle[i.unwrap_or(others)]
     }
 
     /// Sets how new connections are made: TLS with `tls`, or cleartext. A change closes the
@@ -124,12 +136,14 @@ impl Pool {
 
     /// Idle connections now.
     pub fn idle_len(&self) -> usize {
-        self.idle.lock().len()
+        self.idle.iter().map(|l| l.lock().len()).sum()
     }
 
     /// Closes every idle connection (the server was removed, disabled or went down).
     pub fn clear(&self) {
-        self.idle.lock().clear();
+        for list in &self.idle {
+            list.lock().clear();
+        }
     }
 
     /// A connection to `addr`: a pooled one if any is alive, else a new one.
@@ -141,7 +155,7 @@ impl Pool {
     ) -> Result<Conn, ConnectError> {
         let timeout = Duration::from_millis(self.idle_timeout_ms.load(Relaxed));
         loop {
-            let popped = self.idle.lock().pop();
+            let popped = self.list().lock().pop();
             let Some(mut c) = popped else { break };
             let idle_for = SystemClock::now().saturating_duration_since(c.since);
             if idle_for > timeout || !c.stream.alive() {
@@ -183,7 +197,7 @@ impl Pool {
             return;
         }
         c.since = SystemClock::now();
-        let mut idle = self.idle.lock();
+        let mut idle = self.list().lock();
         if idle.len() < max {
             idle.push(c);
         }
@@ -200,7 +214,7 @@ mod tests {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let counters = ServerCounters::default();
-        let pool = Pool::new(4, Duration::from_secs(60));
+        let pool = Pool::new(4, Duration::from_secs(60), 1);
         let c = pool
             .checkout(addr, Duration::from_secs(1), &counters)
             .await
@@ -212,7 +226,7 @@ mod tests {
         // The server closes it while idle; wait (bounded) until the runtime has seen it.
         server_side.shutdown().await.unwrap();
         drop(server_side);
-        let idle = pool.idle.lock().pop().unwrap();
+        let idle = pool.list().lock().pop().unwrap();
         tokio::time::timeout(
             Duration::from_secs(5),
             idle.stream.tcp().ready(tokio::io::Interest::READABLE),
@@ -220,7 +234,7 @@ mod tests {
         .await
         .expect("the close arrives")
         .unwrap();
-        pool.idle.lock().push(idle);
+        pool.list().lock().push(idle);
         let c2 = tokio::spawn(async move {
             let c = pool.checkout(addr, Duration::from_secs(1), &counters).await;
             (c.map(|c| c.reused), counters.connections_opened.get())
@@ -229,5 +243,43 @@ mod tests {
         let (reused, opened) = c2.await.unwrap();
         assert!(!reused.unwrap(), "a new connection, not the closed one");
         assert_eq!(opened, 2);
+    }
+
+    #[test]
+    fn each_worker_reuses_only_its_own_connections() {
+        let workers = crate::workers::Workers::start(2).unwrap();
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let pool = std::sync::Arc::new(Pool::new(4, Duration::from_secs(60), 2));
+        let counters = std::sync::Arc::new(ServerCounters::default());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // A checkout on worker `w`; returns whether it reused a connection, and checks it in.
+        let use_on = |w: usize| {
+            let (pool, counters) = (pool.clone(), counters.clone());
+            rt.block_on(workers.spawn(w, async move {
+                let c = pool
+                    .checkout(addr, Duration::from_secs(1), &counters)
+                    .await
+                    .unwrap();
+                let reused = c.reused;
+                pool.checkin(c);
+                reused
+            }))
+            .unwrap()
+        };
+        // The server's ends stay open while the pool holds the connections.
+        assert!(!use_on(0));
+        let _server0 = l.accept().unwrap();
+        assert!(use_on(0), "worker 0 gets its connection back");
+        assert!(!use_on(1), "worker 1 opens its own");
+        let _server1 = l.accept().unwrap();
+        assert!(use_on(1));
+        assert_eq!(pool.idle_len(), 2);
+        assert_eq!(counters.connections_opened.get(), 2);
+        pool.clear();
+        assert_eq!(pool.idle_len(), 0);
     }
 }

@@ -102,8 +102,15 @@ impl Drop for Origin {
 
 /// Starts the proxy from config text; returns it and its first virtual server's address.
 async fn proxy(text: &str) -> (Proxy, SocketAddr) {
+    proxy_with(text, 1).await
+}
+
+/// [`proxy`] with `workers` data-plane threads.
+async fn proxy_with(text: &str, workers: usize) -> (Proxy, SocketAddr) {
     let cfg = Config::parse(text, "test.toml").unwrap_or_else(|e| panic!("{e}"));
-    let p = Proxy::start(cfg.adc, 7).await.expect("proxy starts");
+    let p = Proxy::start_with(cfg.adc, 7, workers)
+        .await
+        .expect("proxy starts");
     let addr = p.bound_addrs()[0].1;
     (p, addr)
 }
@@ -963,16 +970,55 @@ async fn server_connections_are_reused_across_clients() {
     let text = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", ""));
     let (p, addr) = proxy(&text).await;
     // 200 clients, one request each on its own connection.
-    for _ in 0..200 {
+    one_request_per_connection(addr, 200).await;
+    let s = &p.snapshot().groups[0].servers[0];
+    assert_eq!(s.requests, 200);
+    assert!(s.connections_opened <= 2, "{s:?}");
+    assert!(s.reuse_ratio >= 0.99, "{s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_workers_share_each_address_and_keep_their_own_server_connections() {
+    let o = Origin::start("o", Duration::ZERO).await;
+    let text = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", ""));
+    let (p, addr) = proxy_with(&text, 2).await;
+    // 200 clients, one request each on its own connection: the kernel spreads them over the
+    // two workers' sockets, and each worker reuses the server connections it opened.
+    one_request_per_connection(addr, 200).await;
+    let s = &p.snapshot().groups[0].servers[0];
+    assert_eq!(s.requests, 200);
+    assert!(
+        (2..=4).contains(&s.connections_opened),
+        "one or two server connections per worker: {s:?}"
+    );
+    // The address is shared by the workers' sockets only: another listener cannot join it,
+    // and a reload to an address another socket holds is refused.
+    assert!(std::net::TcpListener::bind(addr).is_err());
+    let squatter = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let taken = squatter.local_addr().unwrap();
+    let bad = text.replace("\"127.0.0.1:0\"", &format!("\"{taken}\""));
+    let e = p
+        .replace(Config::parse(&bad, "test.toml").unwrap().adc)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("cannot listen"), "{e}");
+    // A reload that keeps the address keeps every worker's socket.
+    let moved = text.replace("name = \"front\"", "name = \"front2\"");
+    p.replace(Config::parse(&moved, "test.toml").unwrap().adc)
+        .await
+        .expect("reload applies");
+    one_request_per_connection(addr, 50).await;
+    p.shutdown(Duration::from_secs(5)).await;
+}
+
+/// `n` clients, each sending one `GET /healthz` on a connection of its own; every answer 200.
+async fn one_request_per_connection(addr: SocketAddr, n: usize) {
+    for _ in 0..n {
         let c = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(0)
             .build_http::<Full<Bytes>>();
         assert_eq!(get(&c, addr, "/healthz").await.status, 200);
     }
-    let s = &p.snapshot().groups[0].servers[0];
-    assert_eq!(s.requests, 200);
-    assert!(s.connections_opened <= 2, "{s:?}");
-    assert!(s.reuse_ratio >= 0.99, "{s:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

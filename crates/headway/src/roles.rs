@@ -304,16 +304,23 @@ fn serve(roles: Roles) -> Result<(), Failure> {
     for h in &handles {
         h.register(&mut registry);
     }
-    // Workers as configured; by default one per CPU with an ADC, two for the appliance's flows
-    // (codec work on both directions), else one.
+    // With an ADC, `workers` is its data-plane threads (one per CPU by default), and this
+    // runtime runs the control plane: the admin API, health monitors, reloads (and the WAN
+    // optimizer's flows, if any: two threads for its codec work on both directions). Without
+    // one, `workers` sizes this runtime: two for the appliance's flows by default, else one.
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-    let workers = runtime_cfg.workers.unwrap_or(if adc.is_some() {
-        cpus
-    } else if appliance.is_some() {
-        2
+    let adc_workers = runtime_cfg.workers.unwrap_or(cpus);
+    let workers = if adc.is_some() {
+        if appliance.is_some() {
+            2
+        } else {
+            1
+        }
     } else {
-        1
-    });
+        runtime_cfg
+            .workers
+            .unwrap_or(if appliance.is_some() { 2 } else { 1 })
+    };
     let grace = runtime_cfg.shutdown_grace;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
@@ -334,7 +341,7 @@ fn serve(roles: Roles) -> Result<(), Failure> {
             Some((path, text, cfg)) => {
                 let seed = headway_core::Rng::seed_from_entropy();
                 tracing::info!(seed, "starting the ADC");
-                let proxy = headway_proxy::Proxy::start(cfg.adc.clone(), seed)
+                let proxy = headway_proxy::Proxy::start_with(cfg.adc.clone(), seed, adc_workers)
                     .await
                     .map_err(|e| Failure::Usage(anyhow::Error::new(e)))?;
                 let handle = crate::adc::AdcHandle::new(proxy, path, text, cfg);

@@ -17,7 +17,11 @@ use super::DurationValue;
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuntimeSection {
-    /// Worker threads of the data plane (proxy, WAN optimizer), 1–256. Default: one per CPU.
+    /// Worker threads of the data plane, 1–256. With virtual servers: the ADC's workers, each
+    /// a thread with its own event loop and its own socket of every listening address
+    /// (`SO_REUSEPORT`; the kernel spreads connections over them), a connection staying on the
+    /// worker that accepted it; default one per CPU. Without: the WAN optimizer's threads,
+    /// default 2.
     pub workers: Option<Spanned<u32>>,
     /// On SIGTERM/SIGINT, how long established connections and in-flight requests may take to
     /// finish before they are cut (`"30s"`). Default: `"30s"`.
@@ -86,7 +90,8 @@ pub struct ServerGroupSection {
     /// Time allowed between sending a request and the server's response header (`"60s"`).
     /// Default: `"60s"`.
     pub response_timeout: Option<Spanned<DurationValue>>,
-    /// Idle keep-alive connections kept per server for reuse across clients; 0 = no reuse.
+    /// Idle keep-alive connections kept per server and worker (`[runtime] workers`) for reuse
+    /// across clients; 0 = no reuse.
     /// Keep it at or above the requests in flight to a server at peak (HTTP/2 clients
     /// multiplex many requests per connection, each needs a server connection of its own),
     /// or connections are closed when a request ends and opened again for the next.
