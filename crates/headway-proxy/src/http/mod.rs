@@ -87,6 +87,10 @@ pub struct VsRuntime {
     compression: Option<compress::Policy>,
     /// The integrated cache, when this virtual server uses it.
     cache: Option<Arc<Cache>>,
+    /// hyper's HTTP/1 and HTTP/2 server settings, built once (a builder per connection
+    /// allocated its timer anew each time).
+    http1: hyper::server::conn::http1::Builder,
+    http2: hyper::server::conn::http2::Builder<TokioExecutor>,
 }
 
 impl VsRuntime {
@@ -100,7 +104,28 @@ impl VsRuntime {
         shared
             .limits
             .configure(config.max_connections_per_client, config.rate_per_client);
+        let mut http1 = hyper::server::conn::http1::Builder::new();
+        http1
+            .timer(TokioTimer::new())
+            .header_read_timeout(None)
+            // A client that half-closes after its requests still gets the answers (and the
+            // framing check ends the stream that way before a refused request).
+            .half_close(true)
+            .keep_alive(true)
+            .pipeline_flush(true)
+            .max_buf_size(config.max_header_bytes.max(8192) + 8192)
+            .max_header_size(config.max_header_bytes);
+        if config.max_headers != 100 {
+            http1.max_headers(config.max_headers);
+        }
+        let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        http2
+            .timer(TokioTimer::new())
+            .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX))
+            .max_concurrent_streams(256);
         VsRuntime {
+            http1,
+            http2,
             request_rules: Rules::new(&config.request_headers),
             response_rules: Rules::new(&config.response_headers),
             compression: config
@@ -473,30 +498,15 @@ pub async fn serve_stream<S: Stream>(
     let idle = cfg.client_idle_timeout;
     let header = cfg.request_header_timeout;
     if h2 {
-        let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-        b.timer(TokioTimer::new())
-            .max_header_list_size(u32::try_from(cfg.max_header_bytes).unwrap_or(u32::MAX))
-            .max_concurrent_streams(256);
+        let c = vs
+            .http2
+            .serve_connection(TokioIo::new(write_batch::WriteBatch::new(io)), service);
         drop(vs);
-        let c = b.serve_connection(TokioIo::new(write_batch::WriteBatch::new(io)), service);
         // Boxed, so that an HTTP/1 connection's future is not as large as an HTTP/2 one's.
         Box::pin(drive(c, peer, drain, &activity, idle, header)).await;
     } else {
-        let mut b = hyper::server::conn::http1::Builder::new();
-        b.timer(TokioTimer::new())
-            .header_read_timeout(None)
-            // A client that half-closes after its requests still gets the answers (and the
-            // framing check ends the stream that way before a refused request).
-            .half_close(true)
-            .keep_alive(true)
-            .pipeline_flush(true)
-            .max_buf_size(cfg.max_header_bytes.max(8192) + 8192)
-            .max_header_size(cfg.max_header_bytes);
-        if cfg.max_headers != 100 {
-            b.max_headers(cfg.max_headers);
-        }
+        let c = vs.http1.serve_connection(TokioIo::new(io), service);
         drop(vs);
-        let c = b.serve_connection(TokioIo::new(io), service);
         drive(c, peer, drain, &activity, idle, header).await;
     }
 }
