@@ -1,6 +1,6 @@
 //! TCP socket options that `socket2` does not wrap: the minimum retransmission timeout
-//! (`TCP_RTO_MIN_US`), the delayed-ACK ceiling (`TCP_DELACK_MAX_US`) and the window clamp
-//! (`TCP_WINDOW_CLAMP`).
+//! (`TCP_RTO_MIN_US`), the delayed-ACK ceiling (`TCP_DELACK_MAX_US`), the window clamp
+//! (`TCP_WINDOW_CLAMP`) and deferred accepting (`TCP_DEFER_ACCEPT`).
 //!
 //! What it owns: setting and reading these options on any TCP socket (`AsFd`). What it does not
 //! do: decide values (the ADC's TCP profiles do) or fall back when the kernel lacks an option —
@@ -57,6 +57,27 @@ pub fn window_clamp(sock: &impl AsFd) -> io::Result<u32> {
     Ok(v.max(0) as u32)
 }
 
+/// Makes a listening socket hand out a connection only once the client's first bytes have
+/// arrived, or after about `wait` without any (`TCP_DEFER_ACCEPT`, whole seconds, rounded up;
+/// zero turns it off). For protocols whose client speaks first (HTTP, TLS): the accepting
+/// process is woken once per connection, when there is something to read.
+pub fn set_defer_accept(sock: &impl AsFd, wait: Duration) -> io::Result<()> {
+    let secs = libc::c_int::try_from(wait.as_secs() + u64::from(wait.subsec_nanos() > 0))
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    sys::setsockopt(
+        sock.as_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_DEFER_ACCEPT,
+        &secs,
+    )
+}
+
+/// Whether the socket defers accepting (`TCP_DEFER_ACCEPT` set; the kernel reads back its
+/// retransmission count, not the seconds).
+pub fn defers_accept(sock: &impl AsFd) -> io::Result<bool> {
+    Ok(sys::getsockopt_int(sock.as_fd(), libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT)? > 0)
+}
+
 fn set_us(sock: &impl AsFd, name: libc::c_int, d: Duration) -> io::Result<()> {
     let us = libc::c_int::try_from(d.as_micros())
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -75,6 +96,40 @@ mod tests {
     /// Whether this kernel has the 6.15 options.
     fn has_615_options(s: &std::net::TcpListener) -> bool {
         !matches!(rto_min(s), Err(e) if e.raw_os_error() == Some(libc::ENOPROTOOPT))
+    }
+
+    #[test]
+    fn deferred_accept_hands_out_connections_with_data_only() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        assert!(!defers_accept(&l).unwrap());
+        set_defer_accept(&l, Duration::from_millis(1500)).unwrap();
+        assert!(defers_accept(&l).unwrap());
+        l.set_nonblocking(true).unwrap();
+        let addr = l.local_addr().unwrap();
+        let _silent = std::net::TcpStream::connect(addr).unwrap();
+        let mut talking = std::net::TcpStream::connect(addr).unwrap();
+        std::io::Write::write_all(&mut talking, b"GET /").unwrap();
+        // Within half a second (250 tries 2 ms apart), well before the silent one could be.
+        let mut tries = 0;
+        let accepted = loop {
+            match l.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    tries += 1;
+                    assert!(tries < 250, "nothing accepted");
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        // The one handed out is the one that spoke, and its bytes are there.
+        assert_eq!(accepted.peer_addr().unwrap(), talking.local_addr().unwrap());
+        let mut buf = [0u8; 8];
+        accepted.set_nonblocking(true).unwrap();
+        let n = std::io::Read::read(&mut &accepted, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"GET /");
+        set_defer_accept(&l, Duration::ZERO).unwrap();
+        assert!(!defers_accept(&l).unwrap());
     }
 
     #[test]

@@ -8,6 +8,11 @@
 //!   are read and compared with the backlog asked for; what would weaken the listener under a
 //!   flood is logged as a warning that says which sysctl to change.
 //!
+//! An `http` or `https` listener also defers accepting (`TCP_DEFER_ACCEPT`, set where it is
+//! bound, `crate::runtime`): the kernel hands a connection out once its first bytes are in,
+//! so a client that connects and says nothing holds neither a descriptor nor a task for about
+//! a second, and the worker is woken once per connection, to accept and read together.
+//!
 //! The deadline for silent clients is enforced where the first bytes are read: a cleartext
 //! HTTP client must send its first bytes within the virtual server's `request_header_timeout`
 //! of being accepted (`crate::http::serve_connection`), an https client must finish its

@@ -686,8 +686,22 @@ fn socket(
     }
     s.set_nonblocking(true)?;
     crate::tcp_profile::apply_listener(&s, v.tcp_profile.as_ref());
+    if v.kind != VirtualServerKind::Tcp {
+        // HTTP and TLS clients speak first: a connection is handed out once its first bytes
+        // are in, so the worker is woken once for it (accept and read together) and a client
+        // that connects and says nothing holds no descriptor or task until the kernel gives
+        // up waiting (about a second; then the request header timeout applies). Not for
+        // `tcp` virtual servers: their protocol may have the server speak first.
+        if let Err(e) = headway_io::tcp::set_defer_accept(&s, DEFER_ACCEPT) {
+            tracing::debug!(listen = %addr, error = %e, "TCP_DEFER_ACCEPT refused");
+        }
+    }
     Ok(s)
 }
+
+/// How long an `http`/`https` listener's kernel holds a connection that has sent nothing
+/// before handing it out anyway (`TCP_DEFER_ACCEPT`).
+const DEFER_ACCEPT: Duration = Duration::from_secs(1);
 
 /// Logs what the TCP profile check found: warnings, and the options Linux keeps per route,
 /// which Headway does not set (it does not own the host's routes).

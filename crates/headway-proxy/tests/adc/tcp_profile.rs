@@ -220,6 +220,18 @@ async fn a_client_that_sends_nothing_is_closed_after_the_header_timeout() {
         )
     );
     let (p, addr) = proxy(&text).await;
+    // The listener hands out connections once they have spoken (TCP_DEFER_ACCEPT): a silent
+    // client holds no descriptor until the kernel gives up waiting, about a second.
+    let listening: Vec<_> = headway_io::fds::own_sockets()
+        .unwrap()
+        .into_iter()
+        .filter(|s| {
+            let r = SockRef::from(&s.fd);
+            r.peer_addr().is_err() && r.local_addr().ok().and_then(|a| a.as_socket()) == Some(addr)
+        })
+        .collect();
+    assert_eq!(listening.len(), 1);
+    assert!(headway_io::tcp::defers_accept(&listening[0].fd).unwrap());
     let mut silent = TcpStream::connect(addr).await.unwrap();
     let mut buf = [0u8; 16];
     // Closed by the proxy (end of stream) long before the 180 s idle timeout.
