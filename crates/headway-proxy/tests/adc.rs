@@ -708,6 +708,52 @@ async fn raw(addr: SocketAddr, bytes: &[u8]) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_requests_are_answered_in_order_with_whole_bodies() {
+    let o = Origin::start("o", Duration::ZERO).await;
+    let text = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", ""));
+    let (_p, addr) = proxy(&text).await;
+    // Three requests in one write, the last asking to close: a small body, a body larger than
+    // any buffer on the way (written as it streams, not gathered), and another small one.
+    let sizes = [128usize, 700_000, 5];
+    let mut req = String::new();
+    for (i, n) in sizes.iter().enumerate() {
+        let close = if i + 1 == sizes.len() {
+            "Connection: close\r\n"
+        } else {
+            ""
+        };
+        req += &format!("GET /corpus/random/{n} HTTP/1.1\r\nHost: x\r\n{close}\r\n");
+    }
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("the proxy closes after the last answer")
+        .unwrap();
+    // Walk the answers: each head's content-length, then exactly that many body bytes.
+    let mut at = 0;
+    for n in sizes {
+        let head_end = out[at..]
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("an answer head")
+            + at
+            + 4;
+        let head = String::from_utf8_lossy(&out[at..head_end]).to_lowercase();
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        assert!(head.contains(&format!("content-length: {n}\r\n")), "{head}");
+        let direct = get(&client(), o.addr, &format!("/corpus/random/{n}")).await;
+        assert!(
+            out[head_end..head_end + n] == direct.body[..],
+            "body {n} differs"
+        );
+        at = head_end + n;
+    }
+    assert_eq!(at, out.len(), "nothing after the third answer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ambiguous_framing_is_refused_and_never_forwarded() {
     let o = Origin::start("o", Duration::ZERO).await;
     let text = format!(

@@ -112,7 +112,10 @@ impl VsRuntime {
             // framing check ends the stream that way before a refused request).
             .half_close(true)
             .keep_alive(true)
-            .pipeline_flush(true)
+            // No `pipeline_flush`: it makes hyper copy every body into its write buffer
+            // (its "flatten" strategy), so a 512 KiB answer went out as one 512 KiB copy. Without
+            // it, bodies are queued as they come from the server and written with `writev`,
+            // never copied in user space.
             .max_buf_size(config.max_header_bytes.max(8192) + 8192)
             .max_header_size(config.max_header_bytes);
         if config.max_headers != 100 {
