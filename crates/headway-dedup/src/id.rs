@@ -18,6 +18,7 @@
 use std::fmt;
 
 mod batch;
+mod lanes;
 
 pub use batch::BatchHasher;
 

@@ -25,6 +25,8 @@
 //!   for the ADC's TCP profiles.
 //! - [`raw`]: raw IPv4 sockets that send whole packets (the lab's SYN flooder).
 //! - [`fds`]: duplicates of this process's own socket descriptors, to read their options.
+//! - [`simd`]: CPU-specific kernels — sixteen independent BLAKE3 compressions in AVX-512
+//!   registers, for the dedup codec's fingerprints.
 //!
 //! What it does not do: decide anything. It has no link model, no threads of its own and no
 //! policy; `headway-emulator` is its main user.
@@ -39,6 +41,7 @@ pub mod offload;
 pub mod packet;
 pub mod raw;
 pub mod sched;
+pub mod simd;
 pub mod splice;
 pub mod stream;
 pub mod tcp;
