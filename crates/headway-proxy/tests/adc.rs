@@ -1011,6 +1011,54 @@ async fn tcp_virtual_servers_carry_bytes_and_half_close() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tcp_server_that_finishes_first_still_gets_the_clients_bytes() {
+    // The server greets, shuts its side down, then reads everything the client sends: the
+    // client must see the greeting's end while its own direction stays open, and the server
+    // must get every byte and then the end of the client's stream.
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = l.local_addr().unwrap();
+    let (got_tx, mut got_rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let got_tx = got_tx.clone();
+            tokio::spawn(async move {
+                s.write_all(b"hello").await.unwrap();
+                s.shutdown().await.unwrap();
+                let mut all = Vec::new();
+                s.read_to_end(&mut all).await.unwrap();
+                let _ = got_tx.send(all);
+            });
+        }
+    });
+    let text = format!(
+        "{}[[virtual_server]]\nname = \"l4\"\nkind = \"tcp\"\nlisten = \"127.0.0.1:0\"\ngroup = \"g\"\n",
+        group("g", "", &[(server, "")])
+    );
+    let (p, addr) = proxy(&text).await;
+    for len in [1usize, 100_000] {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let mut greeting = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut greeting))
+            .await
+            .expect("the server's end reached the client")
+            .unwrap();
+        assert_eq!(greeting, b"hello");
+        let data: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
+        s.write_all(&data).await.unwrap();
+        s.shutdown().await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(5), got_rx.recv())
+            .await
+            .expect("the server saw the end of the client's stream")
+            .unwrap();
+        assert!(got == data, "{len} bytes arrived changed");
+    }
+    until(&p, "the connections to end", |s| {
+        s.virtual_servers[0].active_connections == 0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_connections_are_reused_across_clients() {
     let o = Origin::start("o", Duration::ZERO).await;
     let text = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", ""));
