@@ -28,11 +28,13 @@
 //! decoder of the process, one per flow direction, each running in its own task. Each call is
 //! atomic; no ordering between calls of different flows is assumed.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+use smallvec::{smallvec, SmallVec};
 
 use crate::id::ChunkId;
 
@@ -109,16 +111,17 @@ type IdMap<V> = HashMap<ChunkId, V, BuildHasherDefault<IdHasher>>;
 struct Inner {
     capacity: u64,
     bytes: u64,
-    map: IdMap<Entry>,
+    map: IdMap<Stored>,
     fifo: VecDeque<ChunkId>,
     evicted: u64,
 }
 
 #[derive(Debug)]
-struct Entry {
+struct Stored {
     data: Bytes,
     next: Option<ChunkId>,
-    peers: Vec<PeerId>,
+    /// Almost always one or two: inline, no allocation per chunk.
+    peers: SmallVec<[PeerId; 2]>,
 }
 
 /// Counters of a [`MemoryStore`].
@@ -134,6 +137,10 @@ pub struct MemoryStoreStats {
 
 impl MemoryStore {
     /// An empty store that holds at most `capacity` bytes of chunk data.
+    ///
+    /// The index grows as chunks arrive. Sizing it up front for `capacity` measured 30 %
+    /// slower on `decode/first_pass`: every new entry then lands on a page of a large table
+    /// not yet touched, a page fault each.
     pub fn new(capacity: u64) -> Self {
         Self {
             inner: Mutex::new(Inner {
@@ -194,48 +201,61 @@ impl ChunkStore for MemoryStore {
         let mut g = self.inner.lock();
         let g = &mut *g;
         let mut probe = Probe::default();
+        // At most two hash lookups for a new chunk after a known one (the decoder's every
+        // chunk): `prev` once, `id` once.
+        let mut prev_absent = false;
         if let Some(prev) = prev {
-            let prev_next = g.map.get(prev).map(|e| e.next);
-            if let Some(next) = prev_next {
-                let stale = next.is_none_or(|n| !g.map.contains_key(&n));
-                probe.follows = next == Some(*id) && g.map.contains_key(id);
-                if stale {
-                    if let Some(e) = g.map.get_mut(prev) {
-                        e.next = Some(*id);
+            // `prev`'s link, set to `id` at once when it has none (the usual case).
+            let link = g.map.get_mut(prev).map(|e| match e.next {
+                None => {
+                    e.next = Some(*id);
+                    None
+                }
+                Some(n) => Some(n),
+            });
+            match link {
+                None => prev_absent = true,
+                Some(None) => {}
+                Some(Some(next)) => {
+                    probe.follows = next == *id && g.map.contains_key(id);
+                    if !g.map.contains_key(&next) {
+                        if let Some(e) = g.map.get_mut(prev) {
+                            e.next = Some(*id);
+                        }
                     }
                 }
             }
         }
-        match g.map.get_mut(id) {
-            Some(e) => {
-                match e.peers.binary_search(&peer) {
+        if data.len() as u64 > g.capacity && !g.map.contains_key(id) {
+            return probe;
+        }
+        match g.map.entry(*id) {
+            Entry::Occupied(mut e) => {
+                let peers = &mut e.get_mut().peers;
+                match peers.binary_search(&peer) {
                     Ok(_) => probe.held = true,
-                    Err(i) => e.peers.insert(i, peer),
+                    Err(i) => peers.insert(i, peer),
                 }
                 // A chunk present but linked from an evicted-and-replaced `prev` is still fine.
             }
-            None => {
-                if data.len() as u64 > g.capacity {
-                    return probe;
-                }
-                while g.bytes + data.len() as u64 > g.capacity {
+            Entry::Vacant(v) => {
+                v.insert(Stored {
+                    data: data.clone(),
+                    next: None,
+                    peers: smallvec![peer],
+                });
+                g.bytes += data.len() as u64;
+                g.fifo.push_back(*id);
+                // Oldest first, until the bound holds again (never the chunk just added: it
+                // is the newest, and alone it fits).
+                while g.bytes > g.capacity {
                     if !g.evict_one() {
                         break;
                     }
                 }
-                g.bytes += data.len() as u64;
-                g.fifo.push_back(*id);
-                g.map.insert(
-                    *id,
-                    Entry {
-                        data: data.clone(),
-                        next: None,
-                        peers: vec![peer],
-                    },
-                );
-                // Re-link `prev` if eviction just removed it and it was not yet linked.
-                if let Some(prev) = prev {
-                    if let Some(e) = g.map.get_mut(prev) {
+                // A chunk that follows itself (`x x x`): `prev` is `id`, absent until now.
+                if prev_absent {
+                    if let Some(e) = prev.and_then(|p| g.map.get_mut(p)) {
                         if e.next.is_none() {
                             e.next = Some(*id);
                         }

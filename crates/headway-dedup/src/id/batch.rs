@@ -26,10 +26,11 @@
 //! block and the parents are compressed one at a time.
 //!
 //! Where the CPU has AVX-512 ([`headway_io::simd::Blake3x16`]), batches of fewer than
-//! `WIDE_MAX` inputs go the wide way instead (`lanes`): every piece in a lane of its own, with
-//! its own chaining value, counter and flags, then the parents sixteen at a time (2.9–3.1
-//! against 2.65–2.7 GiB/s here in one run). Larger batches — long runs the decoder verifies —
-//! fill the many-input groups above and measured no slower that way.
+//! `WIDE_MAX` inputs go the wide way instead (`lanes`): every piece of every input is a lane of
+//! the sixteen-lane kernel, with its own length, counter and flags, pieces of similar length
+//! side by side, then the parents sixteen at a time. On the same data that is 4.2 GiB/s
+//! against 2.9 (medians of 3 runs in one session). Larger batches — the long runs the decoder
+//! verifies — fill the many-input groups above and measured 5–10 % slower the wide way.
 //!
 //! This uses `blake3::platform`, which the crate exports for its benchmarks and marks unstable.
 //! The workspace pins blake3 to one exact version for that reason; an API change then fails the

@@ -1,43 +1,33 @@
-//! The batch hasher's wide path for what the crate's many-input compression does badly: each
-//! input's last piece, and the tree.
+//! The batch hasher's wide path, on CPUs with [`Blake3x16`] (AVX-512).
 //!
-//! Whole pieces that are not an input's last are all 16 blocks long and start the same way, so
-//! the crate's many-input call (step 1 of the batch hasher) runs them well. Last pieces have
-//! any length and end with their own flags. With [`Blake3x16`] (AVX-512) each of sixteen lanes
-//! compresses one block of its own last piece per step, with its own chaining value, counter,
-//! block length and flags; a lane whose piece ends takes the next one at the next step, so only
-//! the last few steps of a batch run with idle lanes. Then the parents of the BLAKE3 tree of
-//! each multi-piece input go through the same kernel, sixteen at a time, level by level: every
-//! parent of one height depends only on lower ones.
+//! Every piece (1 KiB BLAKE3 chunk) of every input of the batch is one job of the sixteen-lane
+//! kernel, whatever its length or position, and so is every parent of every input's tree:
+//! 1. the pieces, sorted by their number of blocks (longest first) and taken sixteen at a time,
+//!    so the lanes of one call have (nearly) the same length — a shorter lane idles under a
+//!    mask until the longest is done;
+//! 2. the parents, level by level (every parent of one height depends only on lower ones),
+//!    sixteen at a time, each one block: its children's chaining values.
 
-use headway_io::simd::{Blake3Lanes, Blake3x16};
+use std::cmp::Reverse;
+
+use headway_io::simd::{Blake3x16, Piece};
 
 use super::batch::{shape, BLOCK, CHUNK_END, CHUNK_START, KEYED_HASH, PARENT, PIECE, ROOT};
 
 const LANES: usize = 16;
-const ZERO: [u8; BLOCK] = [0; BLOCK];
 
-/// One piece in a lane: its bytes and how far it has got.
+/// A piece of the batch: its blocks, input and index in that input.
 #[derive(Clone, Copy, Debug)]
-struct Job<'a> {
-    /// The piece's bytes (0 ..= 1024).
-    bytes: &'a [u8],
-    /// Where its chaining value goes in the arena.
-    out: usize,
-    /// Its index in its input (the BLAKE3 counter).
-    piece: u64,
-    /// Next block to compress.
-    block: usize,
-    /// Blocks in the piece (1 ..= 16).
-    blocks: usize,
-    /// The input is this one piece: its last block is the root.
-    root: bool,
+struct Job {
+    blocks: u8,
+    input: u32,
+    piece: u32,
 }
 
 /// A parent node of some input's tree: chaining values `left` and `right` (indices into the
 /// chaining-value arena) into `out`.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Parent {
+struct Parent {
     height: u32,
     left: usize,
     right: usize,
@@ -48,13 +38,13 @@ pub(super) struct Parent {
 /// Reusable buffers of the wide path.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Scratch {
-    lanes: Blake3Lanes,
+    jobs: Vec<Job>,
     parents: Vec<Parent>,
 }
 
-/// Given the chaining values of every piece but each input's last in `cvs` (piece `p` of input
-/// `i` at `first_cv[i] + p`), computes the last pieces and the parents (appended to `cvs`) and
-/// returns, per input, the index of its root output in `roots`.
+/// Fills `cvs` — first every input's piece chaining values (piece `p` of input `i` at
+/// `first_cv[i] + p`, already sized), then its parents (appended) — and returns, per input,
+/// the index of its root output in `roots`.
 pub(super) fn hash<T: AsRef<[u8]>>(
     kernel: Blake3x16,
     key: &[u32; 8],
@@ -64,7 +54,49 @@ pub(super) fn hash<T: AsRef<[u8]>>(
     roots: &mut Vec<usize>,
     scratch: &mut Scratch,
 ) {
-    pieces(kernel, key, inputs, first_cv, cvs, &mut scratch.lanes);
+    let jobs = &mut scratch.jobs;
+    jobs.clear();
+    for (i, input) in inputs.iter().enumerate() {
+        let len = input.as_ref().len();
+        let (count, _) = shape(len);
+        for p in 0..count {
+            let piece_len = (len - p * PIECE).min(PIECE);
+            jobs.push(Job {
+                blocks: piece_len.div_ceil(BLOCK).max(1) as u8,
+                input: i as u32,
+                piece: p as u32,
+            });
+        }
+    }
+    jobs.sort_unstable_by_key(|j| Reverse(j.blocks));
+    let mut out = [[0u32; 8]; LANES];
+    for group in jobs.chunks(LANES) {
+        let mut pads = [[0u8; BLOCK]; LANES];
+        for (pad, job) in pads.iter_mut().zip(group) {
+            let (_, tail) = split(inputs[job.input as usize].as_ref(), job);
+            if tail.len() < BLOCK {
+                pad[..tail.len()].copy_from_slice(tail);
+            }
+        }
+        let mut pieces = [EMPTY; LANES];
+        for ((slot, job), pad) in pieces.iter_mut().zip(group).zip(&pads) {
+            let input = inputs[job.input as usize].as_ref();
+            let (body, tail) = split(input, job);
+            let count = shape(input.len()).0;
+            *slot = Piece {
+                body,
+                last: tail.try_into().unwrap_or(pad),
+                last_len: tail.len() as u32,
+                counter: u64::from(job.piece),
+                flags_start: u32::from(CHUNK_START),
+                flags_end: u32::from(CHUNK_END | if count == 1 { ROOT } else { 0 }),
+            };
+        }
+        kernel.hash_pieces(key, u32::from(KEYED_HASH), &pieces[..group.len()], &mut out);
+        for (job, cv) in group.iter().zip(&out) {
+            cvs[first_cv[job.input as usize] + job.piece as usize] = *cv;
+        }
+    }
     // Plan every input's tree; single-piece inputs are their own root.
     roots.clear();
     scratch.parents.clear();
@@ -74,110 +106,28 @@ pub(super) fn hash<T: AsRef<[u8]>>(
         roots.push(root);
     }
     scratch.parents.sort_unstable_by_key(|p| p.height);
-    let parents = std::mem::take(&mut scratch.parents);
-    for level in parents.chunk_by(|a, b| a.height == b.height) {
+    for level in scratch.parents.chunk_by(|a, b| a.height == b.height) {
         for group in level.chunks(LANES) {
-            parents_of(kernel, key, group, cvs, &mut scratch.lanes);
+            parents_of(kernel, key, group, cvs);
         }
     }
-    scratch.parents = parents;
 }
 
-/// Compresses the last piece of every input, storing its chaining value (for a single-piece
-/// input, its root output) at `cvs[first_cv[input] + piece]`.
-fn pieces<T: AsRef<[u8]>>(
-    kernel: Blake3x16,
-    key: &[u32; 8],
-    inputs: &[T],
-    first_cv: &[usize],
-    cvs: &mut [[u32; 8]],
-    lanes: &mut Blake3Lanes,
-) {
-    let mut todo = inputs.iter().enumerate().flat_map(|(i, input)| {
-        let input = input.as_ref();
-        let (count, _) = shape(input.len());
-        let first = first_cv[i];
-        (0..count).map(move |p| {
-            let bytes = &input[p * PIECE..input.len().min((p + 1) * PIECE)];
-            Job {
-                bytes,
-                out: first + p,
-                piece: p as u64,
-                block: 0,
-                blocks: bytes.len().div_ceil(BLOCK).max(1),
-                root: count == 1,
-            }
-        })
-    });
-    let mut jobs: [Option<Job<'_>>; LANES] = [None; LANES];
-    let mut pads = [[0u8; BLOCK]; LANES];
-    let mut busy = 0;
-    loop {
-        // Refill free lanes; a batch's last steps run with some lanes idle.
-        if busy < LANES {
-            for (l, slot) in jobs.iter_mut().enumerate() {
-                if slot.is_none() {
-                    *slot = todo.next();
-                    match slot {
-                        Some(job) => {
-                            for (w, k) in key.iter().enumerate() {
-                                lanes.cv[w][l] = *k;
-                            }
-                            lanes.counter_lo[l] = job.piece as u32;
-                            lanes.counter_hi[l] = (job.piece >> 32) as u32;
-                            busy += 1;
-                        }
-                        None => lanes.flags[l] = 0,
-                    }
-                }
-            }
-            if busy == 0 {
-                return;
-            }
-        }
-        for (l, slot) in jobs.iter().enumerate() {
-            let Some(job) = slot else { continue };
-            let at = job.block * BLOCK;
-            let last = job.block + 1 == job.blocks;
-            let mut flags = KEYED_HASH;
-            if job.block == 0 {
-                flags |= CHUNK_START;
-            }
-            let rest = &job.bytes[at..];
-            if last {
-                flags |= CHUNK_END;
-                if job.root {
-                    flags |= ROOT;
-                }
-            }
-            if rest.len() < BLOCK {
-                pads[l] = ZERO;
-                pads[l][..rest.len()].copy_from_slice(rest);
-                lanes.block_len[l] = rest.len() as u32;
-            } else {
-                lanes.block_len[l] = BLOCK as u32;
-            }
-            lanes.flags[l] = u32::from(flags);
-        }
-        let blocks: [&[u8; BLOCK]; LANES] = std::array::from_fn(|l| match &jobs[l] {
-            Some(job) => job.bytes[job.block * BLOCK..]
-                .first_chunk::<BLOCK>()
-                .unwrap_or(&pads[l]),
-            None => &ZERO,
-        });
-        kernel.compress(lanes, &blocks);
-        for (l, slot) in jobs.iter_mut().enumerate() {
-            let Some(job) = slot else { continue };
-            job.block += 1;
-            if job.block == job.blocks {
-                for (w, word) in cvs[job.out].iter_mut().enumerate() {
-                    *word = lanes.cv[w][l];
-                }
-                *slot = None;
-                busy -= 1;
-            }
-        }
-    }
+/// A lane with nothing to do.
+const EMPTY: Piece<'static> = Piece {
+    body: &[],
+    last: &[0; BLOCK],
+    last_len: 0,
+    counter: 0,
+    flags_start: 0,
+    flags_end: 0,
+};
+
+/// A piece's whole blocks before its final one, and its final block's bytes (0 ..= 64).
+fn split<'a>(input: &'a [u8], job: &Job) -> (&'a [u8], &'a [u8]) {
+    let start = job.piece as usize * PIECE;
+    let bytes = &input[start..input.len().min(start + PIECE)];
+    bytes.split_at((usize::from(job.blocks) - 1) * BLOCK)
 }
 
 /// Adds the parents of the subtree over `count` pieces from `cvs[first]` to `parents`, with
@@ -209,31 +159,27 @@ fn plan(
 }
 
 /// Compresses up to sixteen parents whose children are done.
-fn parents_of(
-    kernel: Blake3x16,
-    key: &[u32; 8],
-    group: &[Parent],
-    cvs: &mut [[u32; 8]],
-    lanes: &mut Blake3Lanes,
-) {
+fn parents_of(kernel: Blake3x16, key: &[u32; 8], group: &[Parent], cvs: &mut [[u32; 8]]) {
     let mut msgs = [[0u8; BLOCK]; LANES];
-    for (l, p) in group.iter().enumerate() {
+    for (msg, p) in msgs.iter_mut().zip(group) {
         for (w, word) in cvs[p.left].iter().chain(&cvs[p.right]).enumerate() {
-            msgs[l][4 * w..4 * w + 4].copy_from_slice(&word.to_le_bytes());
+            msg[4 * w..4 * w + 4].copy_from_slice(&word.to_le_bytes());
         }
-        for (w, k) in key.iter().enumerate() {
-            lanes.cv[w][l] = *k;
-        }
-        lanes.counter_lo[l] = 0;
-        lanes.counter_hi[l] = 0;
-        lanes.block_len[l] = BLOCK as u32;
-        lanes.flags[l] = u32::from(KEYED_HASH | PARENT | if p.root { ROOT } else { 0 });
     }
-    let blocks: [&[u8; BLOCK]; LANES] = std::array::from_fn(|l| &msgs[l]);
-    kernel.compress(lanes, &blocks);
-    for (l, p) in group.iter().enumerate() {
-        for (w, word) in cvs[p.out].iter_mut().enumerate() {
-            *word = lanes.cv[w][l];
-        }
+    let mut pieces = [EMPTY; LANES];
+    for ((slot, p), msg) in pieces.iter_mut().zip(group).zip(&msgs) {
+        *slot = Piece {
+            body: &[],
+            last: msg,
+            last_len: BLOCK as u32,
+            counter: 0,
+            flags_start: u32::from(PARENT),
+            flags_end: if p.root { u32::from(ROOT) } else { 0 },
+        };
+    }
+    let mut out = [[0u32; 8]; LANES];
+    kernel.hash_pieces(key, u32::from(KEYED_HASH), &pieces[..group.len()], &mut out);
+    for (p, cv) in group.iter().zip(&out) {
+        cvs[p.out] = *cv;
     }
 }
