@@ -68,7 +68,7 @@ impl RawIpv4Socket {
 
     /// Sends up to [`MAX_BATCH`] whole IPv4 packets in one system call and returns how many the
     /// kernel took (in order). An error means the first packet was not sent (`WouldBlock`
-    /// after [`SEND_TIMEOUT`] on a full buffer, `ENOBUFS` when the device queue is full).
+    /// after 100 ms on a full buffer, `ENOBUFS` when the device queue is full).
     pub fn send_batch<B: AsRef<[u8]>>(&self, packets: &[B]) -> io::Result<usize> {
         sys::send_batch(self.fd.as_fd(), packets)
     }
