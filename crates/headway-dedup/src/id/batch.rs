@@ -62,8 +62,8 @@ pub(super) const KEYED_HASH: u8 = 16;
 #[derive(Clone, Debug)]
 pub struct BatchHasher {
     platform: Platform,
-    /// The sixteen-lane kernel, on CPUs that have it: it then takes each input's last piece
-    /// and the tree (steps 2 and 3).
+    /// The sixteen-lane kernel, on CPUs that have it: it then hashes batches of fewer than
+    /// `WIDE_MAX` inputs whole (`lanes`), instead of steps 1–3.
     wide: Option<Blake3x16>,
     wide_scratch: lanes::Scratch,
     /// Per input, the index of its root output in `cvs` (wide path).
@@ -120,7 +120,6 @@ impl BatchHasher {
         self.tails.clear();
         self.ids.clear();
         if let Some(kernel) = self.wide.filter(|_| inputs.len() < WIDE_MAX) {
-            // 2 and 3 on the wide kernel: last pieces of any length share its lanes.
             for input in inputs {
                 let (pieces, _) = shape(input.as_ref().len());
                 self.first_cv.push(self.cvs.len());

@@ -20,6 +20,8 @@ const LANES: usize = 16;
 #[derive(Clone, Copy, Debug)]
 struct Job {
     blocks: u8,
+    /// The input is this one piece: its final block is the root.
+    root: bool,
     input: u32,
     piece: u32,
 }
@@ -63,6 +65,7 @@ pub(super) fn hash<T: AsRef<[u8]>>(
             let piece_len = (len - p * PIECE).min(PIECE);
             jobs.push(Job {
                 blocks: piece_len.div_ceil(BLOCK).max(1) as u8,
+                root: count == 1,
                 input: i as u32,
                 piece: p as u32,
             });
@@ -80,16 +83,14 @@ pub(super) fn hash<T: AsRef<[u8]>>(
         }
         let mut pieces = [EMPTY; LANES];
         for ((slot, job), pad) in pieces.iter_mut().zip(group).zip(&pads) {
-            let input = inputs[job.input as usize].as_ref();
-            let (body, tail) = split(input, job);
-            let count = shape(input.len()).0;
+            let (body, tail) = split(inputs[job.input as usize].as_ref(), job);
             *slot = Piece {
                 body,
                 last: tail.try_into().unwrap_or(pad),
                 last_len: tail.len() as u32,
                 counter: u64::from(job.piece),
                 flags_start: u32::from(CHUNK_START),
-                flags_end: u32::from(CHUNK_END | if count == 1 { ROOT } else { 0 }),
+                flags_end: u32::from(CHUNK_END | if job.root { ROOT } else { 0 }),
             };
         }
         kernel.hash_pieces(key, u32::from(KEYED_HASH), &pieces[..group.len()], &mut out);
