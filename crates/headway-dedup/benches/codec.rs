@@ -13,7 +13,8 @@
 //!   frame); `ids/whole`: the same bytes as one input, the ceiling of BLAKE3 on this core.
 //!
 //! `DEDUP_AVG=<bytes>` in the environment runs the codec benches at another average chunk size
-//! (that is how the default was chosen; see `headway_dedup::chunker`).
+//! (that is how the default was chosen; see `headway_dedup::chunker`); `DEDUP_FRAME=<bytes>`
+//! another literal frame size (see `EncoderConfig::frame_bytes`).
 //!
 //! Time per iteration includes feeding the data in 64 KiB slices, as a shell would.
 
@@ -91,11 +92,18 @@ fn cfg(level: i32) -> EncoderConfig {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(ChunkParams::DEFAULT.avg());
+    let defaults = EncoderConfig::default();
+    // `DEDUP_FRAME=<bytes>` measures another literal frame size.
+    let frame_bytes = std::env::var("DEDUP_FRAME")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(defaults.frame_bytes);
     EncoderConfig {
         peer: PeerId(1),
         chunks: ChunkParams::new(avg / 4, avg, (avg * 8).min(65535)).expect("valid chunk sizes"),
         level,
-        ..EncoderConfig::default()
+        frame_bytes,
+        ..defaults
     }
 }
 

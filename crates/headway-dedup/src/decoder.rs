@@ -468,10 +468,16 @@ impl Decoder {
     /// Gathers the bytes of a literal's dictionary into `self.dict`; false if the store does
     /// not hold all of them.
     fn load_dict(&mut self, d: &DictRef) -> bool {
-        let v = self
-            .store
-            .follow(&d.base, u32::from(d.count) + 1, MAX_DICT_BYTES);
-        if v.len() != usize::from(d.count) + 1 {
+        // The budget counts the base chunk too, which is not part of the dictionary: allow
+        // the largest chunk (lengths are 16-bit on the wire) on top of the dictionary's limit.
+        let v = self.store.follow(
+            &d.base,
+            u32::from(d.count) + 1,
+            MAX_DICT_BYTES + usize::from(u16::MAX),
+        );
+        if v.len() != usize::from(d.count) + 1
+            || v[1..].iter().map(|(_, b)| b.len()).sum::<usize>() > MAX_DICT_BYTES
+        {
             return false;
         }
         self.dict.clear();

@@ -57,7 +57,8 @@ const FLAG_DICT: u8 = 4;
 
 /// Most chunks a literal's dictionary may name.
 pub const MAX_DICT_CHUNKS: u16 = 256;
-/// Most dictionary bytes a decoder gathers for one literal (it stops following links there).
+/// Most dictionary bytes a literal may use, not counting its base chunk (a decoder stops
+/// following links there).
 pub const MAX_DICT_BYTES: usize = 256 * 1024;
 
 const T_HELLO: u8 = 1;
