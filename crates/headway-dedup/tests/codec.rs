@@ -722,3 +722,80 @@ proptest! {
         prop_assert_eq!(got, expected);
     }
 }
+
+/// The raw sizes of the literal and data frames in `wire`, in order.
+fn frame_sizes(wire: &[u8]) -> Vec<usize> {
+    let mut sizes = Vec::new();
+    let mut at = 0;
+    while at < wire.len() {
+        let (token, n) = Token::parse(&wire[at..]).expect("the encoder's own tokens parse");
+        match token {
+            Token::Literal { chunks, .. } => sizes.push(chunks.raw_len()),
+            Token::Data { raw_len, .. } => sizes.push(raw_len as usize),
+            _ => {}
+        }
+        at += n;
+    }
+    sizes
+}
+
+#[test]
+fn frames_start_small_and_grow_again_after_each_flush() {
+    use headway_dedup::encoder::FIRST_FRAME;
+    let data = random(1 << 20, 21);
+    for mode in [Mode::Compress, Mode::Dedup] {
+        let store: Arc<dyn ChunkStore> = Arc::new(MemoryStore::new(1 << 30));
+        let cfg = EncoderConfig {
+            mode,
+            peer: B,
+            ..EncoderConfig::default()
+        };
+        let largest = cfg.frame_bytes;
+        let mut enc = Encoder::new(cfg, store, key());
+        let mut wire = Vec::new();
+        // Two bursts of fresh bytes with a flush between them, as after an exchange.
+        for (i, half) in data.chunks(data.len() / 2).enumerate() {
+            for part in half.chunks(65_536) {
+                enc.handle_data(part).expect("not finished");
+            }
+            if i == 0 {
+                enc.flush();
+            }
+        }
+        enc.finish();
+        while let Some(b) = enc.poll_transmit() {
+            wire.extend_from_slice(&b);
+        }
+        let sizes = frame_sizes(&wire);
+        assert_eq!(sizes.iter().sum::<usize>(), data.len(), "{mode:?}");
+        // Each burst: the first frame at most FIRST_FRAME, each next one at most twice the
+        // limit before it, never more than `frame_bytes`, and the largest size reached.
+        let burst = |sizes: &[usize]| {
+            let mut limit = FIRST_FRAME;
+            for &s in sizes {
+                assert!(s <= limit, "{mode:?}: {sizes:?}");
+                limit = (limit * 2).min(largest);
+            }
+            assert!(
+                sizes.iter().any(|&s| s > largest / 2),
+                "{mode:?}: {sizes:?}"
+            );
+        };
+        let mut total = 0;
+        let split = sizes
+            .iter()
+            .position(|&s| {
+                total += s;
+                total >= data.len() / 2
+            })
+            .expect("the first burst ends")
+            + 1;
+        assert_eq!(
+            sizes[..split].iter().sum::<usize>(),
+            data.len() / 2,
+            "{mode:?}: a frame spans the flush"
+        );
+        burst(&sizes[..split]);
+        burst(&sizes[split..]);
+    }
+}
