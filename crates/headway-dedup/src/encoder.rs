@@ -236,7 +236,10 @@ impl Encoder {
         cfg.max_run = cfg.max_run.clamp(1, MAX_RUN_CHUNKS);
         cfg.max_run_bytes = cfg.max_run_bytes.max(1 << 20);
         cfg.retain_tokens = cfg.retain_tokens.max(1);
-        let mut out = BytesMut::with_capacity(cfg.frame_bytes + 1024);
+        let first = FIRST_FRAME.min(cfg.frame_bytes);
+        // Room for the first (smallest) frame; `out` grows with the frames after it, so an
+        // idle or short flow does not hold a largest-frame buffer.
+        let mut out = BytesMut::with_capacity(first + 1024);
         Token::Hello { mode: cfg.mode }.emit(&mut out);
         Self {
             chunker: Chunker::new(cfg.chunks),
@@ -252,7 +255,7 @@ impl Encoder {
             lit_ids: Vec::new(),
             lit_bytes: 0,
             lit_base: None,
-            frame_limit: FIRST_FRAME.min(cfg.frame_bytes),
+            frame_limit: first,
             dict: Vec::new(),
             run: None,
             data: BytesMut::new(),
