@@ -35,8 +35,9 @@
 //! retransmitted while new data still flows, and costs the transfer nothing. The shell tells
 //! the layer how many bytes the application has written towards each peer
 //! ([`Fec::handle_written`]); while more than [`PathParams::tail_bytes`] of them are still
-//! unsent, a full block is let go without repair, so a long transfer pays for repair only in
-//! its last stretch. (Without that information every block is repaired.)
+//! unsent, a full block — or a window the sender's pause closed — is let go without repair,
+//! so a long transfer pays for repair only in its last stretch. (Without that information
+//! every block is repaired.)
 //!
 //! How many shards: enough that more losses than shards is rarer than [`Config::target`], for
 //! the loss the *receiver* measured and reports back in every header it sends (see [`wire`]).
@@ -795,6 +796,15 @@ impl Fec {
         peer.in_burst = peer.params.blocks && peer.window.len() >= peer.params.block;
         if small || peer.window.is_empty() {
             peer.clear_window();
+            return;
+        }
+        if peer.written - peer.sent > peer.params.tail_bytes {
+            // A pause in the middle of a transfer (the sender waited for its window or for
+            // flow control), not its end: what is lost here is retransmitted while the rest
+            // flows.
+            peer.clear_window();
+            peer.in_burst = true;
+            self.stats.skipped += 1;
             return;
         }
         let n = peer.window.len();

@@ -499,6 +499,32 @@ fn only_the_tail_of_a_long_transfer_is_repaired() {
     assert!(tx.poll_transmit().is_some());
 }
 
+#[test]
+fn a_pause_far_from_the_end_of_a_transfer_is_not_repaired() {
+    let (mut tx, _) = pair();
+    let mut now = t0();
+    tx.handle_written(now, b(), 1000 * 1200);
+    // 50 datagrams, then the sender waits (its window is full) for longer than the idle gap:
+    // 950 datagrams' worth are still unsent, so the pause is no end of the transfer.
+    for i in 0..50 {
+        now += Duration::from_micros(100);
+        tx.handle_send(now, b(), &datagram(i, 1200));
+        tx.handle_sent(now, b());
+    }
+    tx.handle_timeout(tx.poll_timeout().expect("a burst is open"));
+    assert!(tx.poll_transmit().is_none());
+    let s = tx.stats();
+    assert_eq!((s.skipped, s.windows), (1, 0), "{s:?}");
+    // The same pause once the rest went out (all but 50 datagrams' worth) is the end.
+    for i in 50..1000 {
+        now += Duration::from_micros(100);
+        tx.handle_send(now, b(), &datagram(i, 1200));
+        tx.handle_sent(now, b());
+    }
+    tx.handle_timeout(tx.poll_timeout().expect("a burst is open"));
+    assert!(tx.poll_transmit().is_some());
+}
+
 /// A path with probes, as `for_link` makes them (44 Mbit/s, 300 ms).
 fn probed() -> PathParams {
     let p = PathParams::for_link(44_000_000, Duration::from_millis(300));

@@ -15,6 +15,7 @@
 //! Both appliances of a pair must run FEC (the header is not QUIC); a datagram without the
 //! header is still accepted, so a peer that sends without FEC is understood.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, IoSliceMut};
 use std::pin::Pin;
@@ -43,7 +44,17 @@ struct State {
     /// When the repair task wakes next (`None`: when woken). A send that makes the layer's
     /// next deadline earlier wakes the task.
     task_wakes_at: Option<Instant>,
+    /// The lost-bytes total each peer's connection had at its last `note_written`.
+    lost_seen: HashMap<std::net::SocketAddr, u64>,
 }
+
+/// QUIC's short header, AEAD tag and STREAM frame header cost about 36 bytes of a 1,400-byte
+/// datagram: a written byte costs `1 + 1 / QUIC_HEADER_SHARE` datagram bytes. The estimate
+/// errs low (towards repairing a little early), never towards skipping a real tail.
+const QUIC_HEADER_SHARE: u64 = 48;
+
+/// Peer addresses whose lost-bytes totals are remembered (a tunnel has a handful of peers).
+const MAX_LOST_SEEN: usize = 1024;
 
 impl fmt::Debug for FecSocket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -65,6 +76,7 @@ impl FecSocket {
                 fec,
                 buf: Vec::new(),
                 task_wakes_at: None,
+                lost_seen: HashMap::new(),
             }),
             wake: wake.clone(),
         });
@@ -77,11 +89,21 @@ impl FecSocket {
         self.lock().fec.configure(addr, params);
     }
 
-    /// The application wrote `bytes` more of stream data towards `addr`.
-    pub(crate) fn note_written(&self, addr: std::net::SocketAddr, bytes: u64) {
-        self.lock()
-            .fec
-            .handle_written(SystemClock::now(), addr, bytes);
+    /// The application wrote `bytes` more of stream data towards `addr`, over a connection
+    /// that has declared `lost_total` bytes lost so far. The layer is told the datagram bytes
+    /// that writing will cost: the stream bytes, their QUIC headers (estimated) and the
+    /// retransmission of what was lost since the last call.
+    pub(crate) fn note_written(&self, addr: std::net::SocketAddr, bytes: u64, lost_total: u64) {
+        let mut state = self.lock();
+        let seen = state.lost_seen.entry(addr).or_insert(0);
+        // A smaller total is a new connection to the same address: its count starts afresh.
+        let lost = lost_total.checked_sub(*seen).unwrap_or(lost_total);
+        *seen = lost_total;
+        if state.lost_seen.len() > MAX_LOST_SEEN {
+            state.lost_seen.retain(|a, _| *a == addr);
+        }
+        let cost = bytes + bytes / QUIC_HEADER_SHARE + lost;
+        state.fec.handle_written(SystemClock::now(), addr, cost);
     }
 
     /// The loss to and from `addr` (see `headway_fec::Fec::path_loss`).
@@ -123,6 +145,7 @@ impl AsyncUdpSocket for FecSocket {
             fec,
             buf,
             task_wakes_at,
+            ..
         } = &mut *guard;
         buf.clear();
         let (mut sent, mut kept) = (0, 0);

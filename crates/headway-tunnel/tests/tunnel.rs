@@ -446,8 +446,8 @@ async fn a_writer_is_held_back_by_a_reader_that_does_not_read() {
                 None => break,
             }
         }
-        // The stream window: 4 × (2 Gbit/s × 5 ms) = 5 MB, minus the 16-byte flow header.
-        let window = 4 * 1_250_000;
+        // The stream window: 8 × (2 Gbit/s × 5 ms) = 10 MB, minus the 16-byte flow header.
+        let window = 8 * 1_250_000;
         assert_eq!(
             accepted,
             window - 16,

@@ -219,9 +219,11 @@ async fn upstream(
     let mut chunks_seen = ChunksSeen::default();
     loop {
         while let Some(b) = enc.poll_transmit() {
+            // Counted before the write: while it waits for flow control, the frame is what
+            // tells the tunnel's FEC that this transfer is not near its end.
+            meter.add(b.len() as u64);
             send.write_all(&b).await.map_err(PumpError::WanWrite)?;
             Counters::add(&c.wan_out, b.len() as u64);
-            meter.add(b.len() as u64);
         }
         chunks_seen.count(&enc, c);
         if lan_eof && local_done && peer_done {
