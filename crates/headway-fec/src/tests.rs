@@ -478,6 +478,15 @@ fn blocks_fit_the_link() {
     assert!(!p.protect && !p.blocks);
 }
 
+/// Sends 1,200-byte datagrams numbered `seqs` to `b()`, one every 0.1 ms from `now`.
+fn send_paced(tx: &mut Fec, now: &mut Instant, seqs: std::ops::Range<usize>) {
+    for i in seqs {
+        *now += Duration::from_micros(100);
+        tx.handle_send(*now, b(), &datagram(i, 1200));
+        tx.handle_sent(*now, b());
+    }
+}
+
 #[test]
 fn only_the_tail_of_a_long_transfer_is_repaired() {
     let (mut tx, _) = pair();
@@ -485,11 +494,7 @@ fn only_the_tail_of_a_long_transfer_is_repaired() {
     // The application hands 1,000 datagrams' worth to the transport at once; the tail is
     // 200 datagrams' worth.
     tx.handle_written(now, b(), 1000 * 1200);
-    for i in 0..1000 {
-        now += Duration::from_micros(100);
-        tx.handle_send(now, b(), &datagram(i, 1200));
-        tx.handle_sent(now, b());
-    }
+    send_paced(&mut tx, &mut now, 0..1000);
     let s = tx.stats();
     // Blocks close at 112, 224, … 896: those ending with more than 200 datagrams unsent
     // (the first seven) are let go; the eighth (ending at 896, 104 unsent) is repaired.
@@ -506,21 +511,13 @@ fn a_pause_far_from_the_end_of_a_transfer_is_not_repaired() {
     tx.handle_written(now, b(), 1000 * 1200);
     // 50 datagrams, then the sender waits (its window is full) for longer than the idle gap:
     // 950 datagrams' worth are still unsent, so the pause is no end of the transfer.
-    for i in 0..50 {
-        now += Duration::from_micros(100);
-        tx.handle_send(now, b(), &datagram(i, 1200));
-        tx.handle_sent(now, b());
-    }
+    send_paced(&mut tx, &mut now, 0..50);
     tx.handle_timeout(tx.poll_timeout().expect("a burst is open"));
     assert!(tx.poll_transmit().is_none());
     let s = tx.stats();
     assert_eq!((s.skipped, s.windows), (1, 0), "{s:?}");
     // The same pause once the rest went out (all but 50 datagrams' worth) is the end.
-    for i in 50..1000 {
-        now += Duration::from_micros(100);
-        tx.handle_send(now, b(), &datagram(i, 1200));
-        tx.handle_sent(now, b());
-    }
+    send_paced(&mut tx, &mut now, 50..1000);
     tx.handle_timeout(tx.poll_timeout().expect("a burst is open"));
     assert!(tx.poll_transmit().is_some());
 }
