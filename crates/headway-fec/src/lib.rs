@@ -27,9 +27,8 @@
 //! datagrams, repaired right after its last datagram, lands within that reach; it is also at
 //! most a quarter of the path's bandwidth-delay product, so the repair arrives well before the
 //! transport's own retransmission would. Paths whose bandwidth-delay product is too small for a
-//! block of [`MIN_BLOCK`] get no blocks: their transfers span many round trips, and block
-//! repair would cost more than the round trips it saves; there only the last [`MAX_SHORT`]
-//! datagrams of each burst are kept and repaired.
+//! block of [`MIN_BLOCK`] get no blocks: a block's shards would cost more than the round trip
+//! they save; there only the last [`MAX_SHORT`] datagrams of each burst are kept and repaired.
 //!
 //! Only the tail needs it: a loss more than about a round trip before the burst ends is
 //! retransmitted while new data still flows, and costs the transfer nothing. The shell tells
@@ -122,8 +121,12 @@ pub const MAX_KEPT: usize = 16 * 1024;
 /// reach of QUIC's duplicate window and packet-number decoding (128 packets; see the crate
 /// doc), with room for the repair itself and a send batch of slack.
 pub const MAX_BLOCK: usize = 112;
-/// The fewest datagrams a block must be allowed to reach for a path to get block repair.
-pub const MIN_BLOCK: usize = 48;
+/// The fewest datagrams a block must be allowed to reach for a path to get block repair
+/// (a path of at least 64 packets in flight). Since only a transfer's tail is repaired, this
+/// is low: at 6 Mbit/s and 200–300 ms, blocks of 25–37 took a 0.36 MB transfer at 5 % loss
+/// from 0.69–0.79 of its target goodput to 0.94–0.99, where a lost tail packet had cost a
+/// round trip; below 16, the repair would come too late or cost more than it saves.
+pub const MIN_BLOCK: usize = 16;
 /// A burst of at most this many datagrams and under [`Config::min_window_bytes`] is a short
 /// exchange (a request, an answer, a handshake flight) and is protected on every protected
 /// path; on a path without blocks, the last this many datagrams of every burst are.

@@ -467,10 +467,14 @@ fn blocks_fit_the_link() {
     assert!(p.protect);
     assert_eq!(p.block, 82);
     assert!(p.blocks);
-    // 6 Mbit/s, 300 ms: 150 packets in flight, a block of 37: too small to be worth its
-    // repair (3 shards of 40 at 1 % loss); so is anything slower. Short exchanges still are.
-    for rate in [6_000_000, 1_500_000] {
-        let p = PathParams::for_link(rate, Duration::from_millis(300));
+    // 6 Mbit/s, 300 ms: 150 packets in flight, blocks of 37 (only a transfer's tail pays
+    // for them).
+    let p = PathParams::for_link(6_000_000, Duration::from_millis(300));
+    assert!(p.protect && p.blocks && p.block == 37, "{p:?}");
+    // 6 Mbit/s, 90 ms: 45 packets in flight, a block of 11 is too small to be worth its
+    // repair; so is anything slower. Short exchanges still are protected.
+    for (rate, rtt) in [(6_000_000, 90), (1_500_000, 300)] {
+        let p = PathParams::for_link(rate, Duration::from_millis(rtt));
         assert!(p.protect && !p.blocks, "{p:?}");
     }
     // Faster than 1 Gbit/s: not protected.
