@@ -128,6 +128,10 @@ pub struct WanoptStore {
 pub struct WanoptTunnel {
     /// Connections established (both directions).
     pub connections: u64,
+    /// Configured peers a new flow reaches at once (a live connection, no handshake in
+    /// progress).
+    #[serde(default)]
+    pub peers_ready: u64,
     /// Handshakes that failed or were refused (both directions).
     pub refused: u64,
     /// Inbound flows accepted.

@@ -209,17 +209,17 @@ impl<'a> Pair<'a> {
         Ok(())
     }
 
-    /// Starts both appliances and waits (up to 15 s) until each has its tunnel to the other
-    /// up, as in a deployment where the pair has been running: the first flow then pays no
-    /// handshake. Each appliance dials the other when it starts, so each ends up with two
-    /// connections — the one it dialed, which carries the flows it opens, and the one it
-    /// accepted; both must be up (waiting for the first to come up let a flow wait out the
-    /// rest of the other handshake: 110 ms at 300 ms RTT).
+    /// Starts both appliances and waits (up to 15 s) until each reaches the other at once, as
+    /// in a deployment where the pair has been running: the first flow then pays no
+    /// handshake. Each appliance dials the other when it starts; a connection accepted from
+    /// the peer first does not make a side ready while its own dial is in progress (a flow
+    /// would wait out the rest of that handshake: 110 ms at 300 ms RTT), so the wait is for
+    /// the side's `peers_ready`, not for any connection.
     pub fn start_both(&mut self) -> Result<()> {
         Side::BOTH.into_iter().try_for_each(|s| self.start(s))?;
         let deadline = SystemClock::now() + Duration::from_secs(15);
         for side in Side::BOTH {
-            while self.tunnels_up(side)? < 2 {
+            while self.peers_ready(side)? == 0 {
                 if SystemClock::now() >= deadline {
                     bail!(
                         "the {} appliance's tunnel did not come up within 15 s",
@@ -232,11 +232,11 @@ impl<'a> Pair<'a> {
         Ok(())
     }
 
-    /// Tunnel connections `side` has established so far.
-    pub fn tunnels_up(&self, side: Side) -> Result<u64> {
+    /// Peers `side` reaches at once (see `WanoptTunnel::peers_ready` in the admin API).
+    pub fn peers_ready(&self, side: Side) -> Result<u64> {
         let stats = self.stats(side)?;
         Ok(stats
-            .pointer("/tunnel/connections")
+            .pointer("/tunnel/peers_ready")
             .and_then(|v| v.as_u64())
             .unwrap_or(0))
     }

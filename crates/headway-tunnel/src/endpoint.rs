@@ -361,6 +361,9 @@ pub struct PathLoss {
 pub struct EndpointStats {
     /// Connections established (both directions).
     pub connections: u64,
+    /// Configured peers that a new flow reaches at once: a live connection is there for it,
+    /// and none is being dialled (a flow waits for a handshake in progress).
+    pub peers_ready: u64,
     /// Handshakes that failed or were refused (both directions).
     pub refused: u64,
     /// Inbound flows handed to [`Endpoint::accept_flow`].
@@ -639,6 +642,16 @@ impl Endpoint {
         let c = &self.shared.counters;
         EndpointStats {
             connections: c.connections.load(Ordering::Relaxed),
+            peers_ready: self
+                .shared
+                .slots
+                .iter()
+                .filter(|slot| {
+                    // Locked: a connect is dialling (or about to use the slot's connection).
+                    slot.try_lock()
+                        .is_ok_and(|c| c.as_ref().is_some_and(|c| c.close_reason().is_none()))
+                })
+                .count() as u64,
             refused: c.refused.load(Ordering::Relaxed),
             flows_accepted: c.flows_accepted.load(Ordering::Relaxed),
             bad_headers: c.bad_headers.load(Ordering::Relaxed),

@@ -144,6 +144,7 @@ async fn ten_megabytes_each_way_arrive_intact() {
         assert_eq!(at_b, (up_sha, 10_000_000));
         assert_eq!(at_a, (down_sha, 10_000_000));
         assert_eq!(a.stats().connections, 1);
+        assert_eq!(a.stats().peers_ready, 1, "a flow to b goes at once");
         assert_eq!(b.stats().connections, 1);
         assert_eq!(b.stats().flows_accepted, 1);
     })

@@ -301,6 +301,7 @@ impl WanoptControl for ApplianceView {
         let t = a.tunnel_stats();
         stats.tunnel = WanoptTunnel {
             connections: t.connections,
+            peers_ready: t.peers_ready,
             refused: t.refused,
             flows_accepted: t.flows_accepted,
             bad_headers: t.bad_headers,
