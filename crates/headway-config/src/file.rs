@@ -197,10 +197,12 @@ pub struct WanoptSection {
     /// 1 Gbit/s: short exchanges (a request or an answer of up to 8 datagrams) are followed by
     /// Reed-Solomon repair datagrams sized to the loss the peer measures, so a lost packet is
     /// restored at once instead of after the transport's probe timeout (more than a round
-    /// trip). Where the bandwidth-delay product (`link_rate` × `rtt`) is at least 192 full
-    /// packets (e.g. 44 Mbit/s at 60 ms or more), the last stretch of each transfer (1.5
-    /// bandwidth-delay products) goes in blocks of up to 112 datagrams, each repaired the same
-    /// way; on slower paths the last 8 datagrams of each transfer are. Costs about 3–6 % of
+    /// trip). Where the bandwidth-delay product (`link_rate` × `rtt`) is at least 64 full
+    /// packets (e.g. 6 Mbit/s at 130 ms or more, 44 Mbit/s at 20 ms or more), the last
+    /// stretch of each transfer (1.5 bandwidth-delay products) goes in blocks of a quarter of
+    /// the bandwidth-delay product (16 to 112 datagrams), each repaired the same way (earlier
+    /// blocks, and pauses while more than that stretch is still unsent, are not); on slower
+    /// paths the last 8 datagrams of each transfer are. Costs about 3–6 % of
     /// the link during the repaired stretch (more on lossier paths). The loss is measured from
     /// the moment the tunnel comes up: each side sends the other a train of 320 probes (7-byte
     /// datagrams, at most a tenth of `link_rate`), then one per 100 ms while the tunnel is
