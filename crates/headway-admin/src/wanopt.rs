@@ -15,7 +15,7 @@
 //! | `wanopt_wan_bytes_total` | `peer`, `class`, `direction` = `in` / `out` |
 //! | `wanopt_flows_total` | `peer`, `class`, `outcome` = `optimized` / `failed` / `passed_through`, `reason` (`""` unless passed through) |
 //! | `wanopt_store_bytes`, `wanopt_store_capacity_bytes`, `wanopt_store_chunks`, `wanopt_store_hit_ratio` | `store` = `memory` / `disk` |
-//! | `wanopt_tunnel_connections_total`, `wanopt_tunnel_refused_total` | none |
+//! | `wanopt_tunnel_connections_total`, `wanopt_tunnel_refused_total`, `wanopt_tunnel_peers_ready` | none |
 //! | `wanopt_tunnel_fec_windows_total`, `wanopt_tunnel_fec_skipped_total`, `wanopt_tunnel_fec_repair_sent_total`, `wanopt_tunnel_fec_repair_received_total`, `wanopt_tunnel_fec_recovered_total`, `wanopt_tunnel_fec_unrecoverable_total`, `wanopt_tunnel_fec_probes_sent_total`, `wanopt_tunnel_fec_probes_received_total` | none |
 //! | `wanopt_path_loss_ratio` (0 to 1; absent until measured) | `peer`, `direction` = `out` (what this side sends, as the peer measured it) / `in` |
 
@@ -267,6 +267,12 @@ impl Collector for WanoptCollector {
             "Tunnel connections established",
             &[(vec![], s.tunnel.connections)],
         )?;
+        gauges(
+            &mut encoder,
+            "wanopt_tunnel_peers_ready",
+            "Configured peers a new flow reaches at once (live connection, no handshake in progress)",
+            &[(vec![], s.tunnel.peers_ready)],
+        )?;
         counters(
             &mut encoder,
             "wanopt_tunnel_refused",
@@ -370,7 +376,11 @@ fn gauges<G: EncodeGaugeValue>(
 ) -> Result<(), std::fmt::Error> {
     let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, v) in values {
-        family.encode_family(labels)?.encode_gauge(v)?;
+        if labels.is_empty() {
+            family.encode_gauge(v)?;
+        } else {
+            family.encode_family(labels)?.encode_gauge(v)?;
+        }
     }
     Ok(())
 }
@@ -434,11 +444,12 @@ pub fn write_stats(out: &mut dyn Write, s: &WanoptStats) -> std::io::Result<()> 
     }
     writeln!(
         out,
-        "\ntunnel: {} connection(s), {} refused, {} inbound flow(s), {} bad header(s)\n\
+        "\ntunnel: {} connection(s), {} peer(s) ready, {} refused, {} inbound flow(s), {} bad header(s)\n\
          fec: {} window(s) repaired, {} block(s) far from a transfer's end let go, \
          {} repair datagram(s) sent, {} received, {} datagram(s) restored, {} window(s) \
          beyond repair, {} probe(s) sent, {} received",
         s.tunnel.connections,
+        s.tunnel.peers_ready,
         s.tunnel.refused,
         s.tunnel.flows_accepted,
         s.tunnel.bad_headers,
@@ -575,6 +586,7 @@ mod tests {
             }],
             tunnel: WanoptTunnel {
                 connections: 1,
+                peers_ready: 1,
                 fec_probes_sent: 320,
                 ..WanoptTunnel::default()
             },
@@ -600,6 +612,7 @@ mod tests {
             "headway_wanopt_store_chunks{store=\"memory\"} 2000",
             "headway_wanopt_store_hit_ratio{store=\"memory\"} 0.5",
             "headway_wanopt_tunnel_connections_total 1",
+            "headway_wanopt_tunnel_peers_ready 1",
             "headway_wanopt_tunnel_fec_probes_sent_total 320",
             "headway_wanopt_path_loss_ratio{peer=\"dc\",direction=\"out\"} 0.0312",
             "# TYPE headway_wanopt_flows counter",
@@ -636,7 +649,10 @@ mod tests {
             text.contains("memory  2.0 MiB  256.0 MiB  2000    50.0%"),
             "{text}"
         );
-        assert!(text.contains("tunnel: 1 connection(s)"), "{text}");
+        assert!(
+            text.contains("tunnel: 1 connection(s), 1 peer(s) ready"),
+            "{text}"
+        );
         assert!(text.contains("320 probe(s) sent"), "{text}");
         assert!(
             text.contains("path to dc: loss out 3.12%, in not measured yet"),
