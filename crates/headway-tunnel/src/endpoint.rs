@@ -210,7 +210,7 @@ impl WriteMeter {
         if let Some((fec, conn)) = &self.target {
             if let Some(fec) = fec.upgrade() {
                 let lost = conn.stats().path.lost_bytes;
-                fec.note_written(conn.remote_address(), bytes, lost);
+                fec.note_written(conn.remote_address(), conn.stable_id(), bytes, lost);
             }
         }
     }

@@ -44,8 +44,8 @@ struct State {
     /// When the repair task wakes next (`None`: when woken). A send that makes the layer's
     /// next deadline earlier wakes the task.
     task_wakes_at: Option<Instant>,
-    /// The lost-bytes total each peer's connection had at its last `note_written`.
-    lost_seen: HashMap<std::net::SocketAddr, u64>,
+    /// The lost-bytes total each connection (by `stable_id`) had at its last `note_written`.
+    lost_seen: HashMap<usize, u64>,
 }
 
 /// QUIC's short header, AEAD tag and STREAM frame header cost about 36 bytes of a 1,400-byte
@@ -53,7 +53,9 @@ struct State {
 /// errs low (towards repairing a little early), never towards skipping a real tail.
 const QUIC_HEADER_SHARE: u64 = 48;
 
-/// Peer addresses whose lost-bytes totals are remembered (a tunnel has a handful of peers).
+/// Connections whose lost-bytes totals are remembered (a tunnel has a few per peer); past it,
+/// all but the current one are forgotten (a forgotten live connection's next call counts its
+/// whole total once more, which errs towards skipping repair for one block).
 const MAX_LOST_SEEN: usize = 1024;
 
 impl fmt::Debug for FecSocket {
@@ -89,18 +91,25 @@ impl FecSocket {
         self.lock().fec.configure(addr, params);
     }
 
-    /// The application wrote `bytes` more of stream data towards `addr`, over a connection
-    /// that has declared `lost_total` bytes lost so far. The layer is told the datagram bytes
-    /// that writing will cost: the stream bytes, their QUIC headers (estimated) and the
-    /// retransmission of what was lost since the last call.
-    pub(crate) fn note_written(&self, addr: std::net::SocketAddr, bytes: u64, lost_total: u64) {
+    /// The application wrote `bytes` more of stream data towards `addr`, over the connection
+    /// `conn` (its `stable_id`), which has declared `lost_total` bytes lost so far. The layer is
+    /// told the datagram bytes that writing will cost: the stream bytes, their QUIC headers
+    /// (estimated) and the retransmission of what the connection lost since its last call.
+    /// (Each appliance of a pair dials the other, so two connections share one address: the
+    /// lost totals are kept per connection.)
+    pub(crate) fn note_written(
+        &self,
+        addr: std::net::SocketAddr,
+        conn: usize,
+        bytes: u64,
+        lost_total: u64,
+    ) {
         let mut state = self.lock();
-        let seen = state.lost_seen.entry(addr).or_insert(0);
-        // A smaller total is a new connection to the same address: its count starts afresh.
-        let lost = lost_total.checked_sub(*seen).unwrap_or(lost_total);
+        let seen = state.lost_seen.entry(conn).or_insert(0);
+        let lost = lost_total.saturating_sub(*seen);
         *seen = lost_total;
         if state.lost_seen.len() > MAX_LOST_SEEN {
-            state.lost_seen.retain(|a, _| *a == addr);
+            state.lost_seen.retain(|c, _| *c == conn);
         }
         let cost = bytes + bytes / QUIC_HEADER_SHARE + lost;
         state.fec.handle_written(SystemClock::now(), addr, cost);
