@@ -12,6 +12,8 @@
 //! - [`timer`]: precise waiting — `clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)` and `ppoll`
 //!   with 1 ns timer slack, finished by a short spin whose length adapts to the wake-up latency
 //!   measured on this machine.
+//! - [`memory`]: process-wide memory settings (transparent huge pages off for the WAN
+//!   optimizer).
 //! - [`iface`]: interface lookups (index, MTU) in the calling thread's network namespace.
 //! - [`offload`]: switching off segmentation, receive coalescing and checksum offloads through
 //!   the `SIOCETHTOOL` ioctl (no `ethtool` binary needed), so frames are real ≤ MTU packets.
@@ -36,6 +38,7 @@
 
 pub mod fds;
 pub mod iface;
+pub mod memory;
 pub mod netns;
 pub mod offload;
 pub mod packet;

@@ -217,7 +217,14 @@ impl Appliance {
     /// inside a tokio runtime. Cancel-safe: nothing is spawned before the last await, so a
     /// dropped call leaves no task or socket behind (a disk store being opened in a blocking
     /// task is closed again when that task finishes).
+    ///
+    /// Switches transparent huge pages off for the whole process
+    /// ([`headway_io::memory::disable_transparent_huge_pages`]): a transfer's first
+    /// allocations otherwise stall the link while the kernel zeroes 2 MiB pages.
     pub async fn start(cfg: ApplianceConfig) -> Result<Self, StartError> {
+        if let Err(e) = headway_io::memory::disable_transparent_huge_pages() {
+            warn!(error = %e, "could not switch transparent huge pages off");
+        }
         let mut resolved = Vec::new();
         for s in &cfg.services {
             let Some(peer) = cfg.peers.iter().position(|p| p.name == s.peer) else {
