@@ -250,6 +250,11 @@ pub struct PeerSection {
     /// The expected round-trip time to the peer (`"300ms"`), for the first window; err on the
     /// long side. Default: `"100ms"`.
     pub rtt: Option<Spanned<DurationValue>>,
+    /// The IP MTU of the WAN path to the peer, in bytes (576 to 9000). The tunnel sends
+    /// datagrams of this size (less the IP and UDP headers) from its first packet and never
+    /// probes above it; if the path carries less, QUIC's black-hole detection falls back to
+    /// 1,200-byte datagrams and path MTU discovery searches upward from there. Default: 1500.
+    pub mtu: Option<Spanned<u32>>,
 }
 
 /// `[[wanopt.service]]`: clients connect to `listen`; the flow crosses the tunnel to `peer`,

@@ -39,6 +39,9 @@ pub const DEFAULT_MEMORY_STORE: ByteSize = ByteSize::new(256 << 20);
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(10);
 /// Default RTT estimate of a peer: 100 ms.
 pub const DEFAULT_RTT: Duration = Duration::from_millis(100);
+
+/// A peer's WAN path MTU when the config gives none (Ethernet's).
+pub const DEFAULT_MTU: u16 = 1500;
 /// Smallest accepted disk store: 1 MiB.
 pub const MIN_DISK_STORE: ByteSize = ByteSize::new(1 << 20);
 /// Largest certificate or key file read: 1 MiB.
@@ -120,6 +123,8 @@ pub struct Peer {
     pub link_rate: Rate,
     /// The expected RTT to it (> 0, ≤ 60 s).
     pub rtt: Duration,
+    /// The WAN path's IP MTU towards it, in bytes (576 ..= 9000).
+    pub mtu: u16,
 }
 
 /// An explicit service.
@@ -507,6 +512,20 @@ fn peers(sections: &[PeerSection], origin: &Origin) -> Result<Vec<Peer>, ConfigE
             }
             Some(r) => r.get_ref().0,
         };
+        let mtu = match &p.mtu {
+            None => DEFAULT_MTU,
+            Some(m) if !(576..=9000).contains(m.get_ref()) => {
+                return Err(invalid(
+                    at(m.span()),
+                    format!(
+                        "peer `{name}`: mtu must be between 576 and 9000 bytes: give the WAN \
+                         path's IP MTU, e.g. 1500"
+                    ),
+                ))
+            }
+            // In range, so it fits.
+            Some(m) => *m.get_ref() as u16,
+        };
         let here = [
             at(p.name.span()).line,
             at(p.address.span()).line,
@@ -549,6 +568,7 @@ fn peers(sections: &[PeerSection], origin: &Origin) -> Result<Vec<Peer>, ConfigE
             fingerprint,
             link_rate,
             rtt,
+            mtu,
         });
     }
     Ok(out)

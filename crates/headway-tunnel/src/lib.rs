@@ -22,7 +22,8 @@
 //! Modules: `identity` (certificates and fingerprints), `verify` (pinned-fingerprint TLS
 //! verifiers), [`header`] (flow header wire format), [`cc`] (congestion controller), `endpoint`
 //! (the async shell), `fec_socket` (the UDP socket with `headway-fec`'s forward error correction
-//! between it and quinn).
+//! between it and quinn), `runtime` (quinn's tokio runtime with timers that keep its pacer at
+//! the link's rate).
 #![forbid(unsafe_code)]
 
 pub mod cc;
@@ -30,6 +31,7 @@ mod endpoint;
 mod fec_socket;
 pub mod header;
 mod identity;
+mod runtime;
 mod verify;
 
 pub use endpoint::{

@@ -177,6 +177,7 @@ pub fn appliance_config(w: &WanoptConfig) -> Result<ApplianceConfig, Failure> {
                 p.link_rate,
             );
             peer.rtt_estimate = p.rtt;
+            peer.mtu = p.mtu;
             peer
         })
         .collect();

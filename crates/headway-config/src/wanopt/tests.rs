@@ -158,6 +158,7 @@ fn defaults_apply_and_any_destination_is_empty() {
     assert_eq!(w.memory_store, DEFAULT_MEMORY_STORE);
     assert_eq!(w.retry_after, DEFAULT_RETRY_AFTER);
     assert_eq!(w.peers[0].rtt, DEFAULT_RTT);
+    assert_eq!(w.peers[0].mtu, DEFAULT_MTU);
     assert_eq!(w.disk_store, None);
     assert!(w.fec, "forward error correction is on by default");
     let without = BASE.replacen("[wanopt]\n", "[wanopt]\nfec = false\n", 1);
@@ -408,6 +409,21 @@ fn bad_peer_values_say_what_to_write() {
         12,
         7,
         &["rtt must be above 0 and at most 60s"],
+    );
+    f.assert_err(
+        &format!("{BASE}mtu = 100\n"),
+        12,
+        7,
+        &["mtu must be between 576 and 9000 bytes"],
+    );
+    assert_eq!(
+        f.parse(&format!("{BASE}mtu = 1400\n"))
+            .unwrap()
+            .wanopt
+            .unwrap()
+            .peers[0]
+            .mtu,
+        1400
     );
     f.assert_err(
         &BASE.replace("\"127.0.0.1:4433\"", "\"localhost:4433\""),
