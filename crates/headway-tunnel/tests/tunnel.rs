@@ -675,8 +675,8 @@ async fn an_idle_tunnel_measures_its_path_and_repairs_a_short_exchange_at_once()
     bounded(async {
         let (a, b, relay) = fec_pair_through_lossy_relay().await;
         let conn = a.connect(PeerId(0)).await.unwrap();
-        // The probe train measures the path before any data: b reports a → b's loss (5 %,
-        // averaged with the 1 % prior over the first epoch) and a measures b → a's (none).
+        // The probe train measures the path before any data: b reports a → b's loss (5 %, as
+        // the upper bound of what it counted so far: 6–8 %) and a measures b → a's (none).
         let loss = within_5s(|| {
             let p = a.path_loss();
             match (p[0].to, p[0].from) {
@@ -685,7 +685,7 @@ async fn an_idle_tunnel_measures_its_path_and_repairs_a_short_exchange_at_once()
             }
         })
         .await;
-        assert!((0.015..0.06).contains(&loss.0), "{loss:?}");
+        assert!((0.04..0.11).contains(&loss.0), "{loss:?}");
         assert!(loss.1 < 0.01, "{loss:?}");
         // The peer may report its first epoch before the whole train has gone out.
         within_5s(|| {
