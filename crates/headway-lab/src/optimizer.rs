@@ -95,8 +95,9 @@ pub struct Pair<'a> {
     exe: String,
     dir: PathBuf,
     running: [Option<Background>; 2],
-    /// Whether the configs turn the tunnel's FEC on (its probe train is then waited for).
-    fec: bool,
+    /// Whether the tunnel's FEC probes the path at start (FEC on, a link it protects): the
+    /// probe train is then waited for.
+    probed: bool,
     /// The WAN round-trip time the configs were written for.
     rtt: Duration,
 }
@@ -127,7 +128,7 @@ impl<'a> Pair<'a> {
             exe: exe.to_string(),
             dir,
             running: [None, None],
-            fec: opts.fec,
+            probed: false,
             rtt: opts.rtt,
         };
         pair.write_configs(opts, &fingerprints)?;
@@ -152,7 +153,10 @@ impl<'a> Pair<'a> {
     }
 
     fn write_configs(&mut self, opts: &PairOptions, fingerprints: &[String]) -> Result<()> {
-        self.fec = opts.fec;
+        self.probed = opts.fec
+            && headway_fec::PathParams::for_link(opts.link_rate_bps, opts.rtt)
+                .probe_gap
+                .is_some();
         self.rtt = opts.rtt;
         let a = self.lab.addresses();
         let (branch_wan, dc_wan) = match (a.branch_wan.first(), a.dc_wan.first()) {
@@ -224,7 +228,7 @@ impl<'a> Pair<'a> {
     /// would wait out the rest of that handshake: 110 ms at 300 ms RTT), so the wait is for
     /// the side's `peers_ready`, not for any connection.
     ///
-    /// With FEC on it then waits (up to 15 s more) until each side has sent its start-up probe
+    /// Where FEC probes the path it then waits (up to 15 s more) until each side has sent its start-up probe
     /// train and the report it earned has had time to come back: a deployment that has been
     /// running knows its path's loss, and a first transfer sized from a fresh appliance's
     /// few hundred probes pays for the uncertainty in repair (or, at 5 % loss, in a round
@@ -243,7 +247,7 @@ impl<'a> Pair<'a> {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        if self.fec {
+        if self.probed {
             let deadline = SystemClock::now() + Duration::from_secs(15);
             for side in Side::BOTH {
                 while self.probes_sent(side)? < u64::from(headway_fec::PROBE_TRAIN) {
