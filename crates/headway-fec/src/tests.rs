@@ -462,18 +462,20 @@ fn blocks_fit_the_link() {
     let p = PathParams::for_link(44_000_000, Duration::from_millis(300));
     assert!(p.protect);
     assert_eq!(p.block, MAX_BLOCK);
-    // 44 Mbit/s, 90 ms: 330 packets in flight, a block of 82.
+    // 44 Mbit/s, 90 ms: 330 packets in flight, a block of a quarter: 82.
     let p = PathParams::for_link(44_000_000, Duration::from_millis(90));
     assert!(p.protect);
     assert_eq!(p.block, 82);
     assert!(p.blocks);
-    // 6 Mbit/s, 300 ms: 150 packets in flight, blocks of 37 (only a transfer's tail pays
-    // for them).
+    // 6 Mbit/s, 300 ms: 150 packets in flight, blocks of 64 (half, up to SLOW_BLOCK; only a
+    // transfer's tail pays for them); 90 ms: 45 in flight, blocks of 22.
     let p = PathParams::for_link(6_000_000, Duration::from_millis(300));
-    assert!(p.protect && p.blocks && p.block == 37, "{p:?}");
-    // 6 Mbit/s, 90 ms: 45 packets in flight, a block of 11 is too small to be worth its
+    assert!(p.protect && p.blocks && p.block == SLOW_BLOCK, "{p:?}");
+    let p = PathParams::for_link(6_000_000, Duration::from_millis(90));
+    assert!(p.protect && p.blocks && p.block == 22, "{p:?}");
+    // 1.5 Mbit/s, 90 ms: 11 packets in flight, a block of 5 is too small to be worth its
     // repair; so is anything slower. Short exchanges still are protected.
-    for (rate, rtt) in [(6_000_000, 90), (1_500_000, 300)] {
+    for (rate, rtt) in [(1_500_000, 90), (1_000_000, 300)] {
         let p = PathParams::for_link(rate, Duration::from_millis(rtt));
         assert!(p.protect && !p.blocks, "{p:?}");
     }
