@@ -399,17 +399,26 @@ async fn connections_use_the_link_rate_controller() {
         let a = endpoint(sa, &a_id, slow("b", ba, b_id.fingerprint()));
         let _b = endpoint(sb, &b_id, slow("a", aa, a_id.fingerprint()));
         let conn = a.connect(PeerId(0)).await.unwrap();
-        let stats = conn.stats();
         // Our controller: rate × (min RTT × 1.15 + 2 ms) + 2 packets, at least 4 packets. On
         // loopback that is near the 4-packet floor, far below the 14 720-byte initial window of
-        // quinn's default (CUBIC).
-        // MTU discovery may have raised the controller's MTU to quinn's 1452-byte ceiling
-        // before the statistics show it.
-        let mtu = u64::from(stats.path.current_mtu).max(1452);
+        // quinn's default (CUBIC). Until the controller's first acknowledgement it uses the
+        // configured RTT estimate (100 ms), so the check waits for one (the handshake's own
+        // acknowledgements may not have reached it when `connect` returns).
         // The statistics' RTT may be a sample newer than the controller's last one, and one
-        // sample moves it by at most an eighth: 25 % slack.
-        let covered = 1.15 * 1.25 * stats.path.rtt.as_secs_f64() + 0.002;
-        let limit = ((1_250_000.0 * covered) as u64 + 2 * mtu).max(4 * mtu);
+        // sample moves it by at most an eighth: 25 % slack. MTU discovery may have raised the
+        // controller's MTU to the 1,472-byte ceiling before the statistics show it.
+        let limit = |stats: &quinn::ConnectionStats| {
+            let mtu = u64::from(stats.path.current_mtu).max(1472);
+            let covered = 1.15 * 1.25 * stats.path.rtt.as_secs_f64() + 0.002;
+            ((1_250_000.0 * covered) as u64 + 2 * mtu).max(4 * mtu)
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+        let mut stats = conn.stats();
+        while stats.path.cwnd > limit(&stats) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            stats = conn.stats();
+        }
+        let limit = limit(&stats);
         assert!(stats.path.cwnd >= 4 * 1200, "{}", stats.path.cwnd);
         assert!(
             stats.path.cwnd <= limit,
