@@ -228,38 +228,20 @@ impl<'a> Pair<'a> {
     /// would wait out the rest of that handshake: 110 ms at 300 ms RTT), so the wait is for
     /// the side's `peers_ready`, not for any connection.
     ///
-    /// Where FEC probes the path it then waits (up to 15 s more) until each side has sent its start-up probe
-    /// train and the report it earned has had time to come back: a deployment that has been
-    /// running knows its path's loss, and a first transfer sized from a fresh appliance's
-    /// few hundred probes pays for the uncertainty in repair (or, at 5 % loss, in a round
-    /// trip). At a tenth of a 1.5 Mbit/s link the train takes 2.8 s.
+    /// Where FEC probes the path it then waits (up to 15 s more) until each side has sent
+    /// its start-up probe train and the report it earned has had time to come back: a
+    /// deployment that has been running knows its path's loss, and a first transfer sized
+    /// from a fresh appliance's few hundred probes pays for the uncertainty in repair (or,
+    /// at 5 % loss, in a round trip). At a tenth of a 1.5 Mbit/s link the train takes 2.8 s.
     pub fn start_both(&mut self) -> Result<()> {
         Side::BOTH.into_iter().try_for_each(|s| self.start(s))?;
-        let deadline = SystemClock::now() + Duration::from_secs(15);
-        for side in Side::BOTH {
-            while self.peers_ready(side)? == 0 {
-                if SystemClock::now() >= deadline {
-                    bail!(
-                        "the {} appliance's tunnel did not come up within 15 s",
-                        side.role()
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
+        self.wait_for_counter("peers_ready", 1, "tunnel did not come up")?;
         if self.probed {
-            let deadline = SystemClock::now() + Duration::from_secs(15);
-            for side in Side::BOTH {
-                while self.probes_sent(side)? < u64::from(headway_fec::PROBE_TRAIN) {
-                    if SystemClock::now() >= deadline {
-                        bail!(
-                            "the {} appliance did not finish its FEC probe train within 15 s",
-                            side.role()
-                        );
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            }
+            self.wait_for_counter(
+                "fec_probes_sent",
+                u64::from(headway_fec::PROBE_TRAIN),
+                "FEC probe train did not finish",
+            )?;
             // The train's last epoch closes with its last probe (or, if that was lost, with
             // the next idle probe); the report rides back on the peer's next datagram, an idle
             // probe at most 100 ms on, half a round trip away.
@@ -268,20 +250,25 @@ impl<'a> Pair<'a> {
         Ok(())
     }
 
-    /// FEC probes `side` has sent (see `WanoptTunnel::fec_probes_sent` in the admin API).
-    fn probes_sent(&self, side: Side) -> Result<u64> {
-        let stats = self.stats(side)?;
-        Ok(stats
-            .pointer("/tunnel/fec_probes_sent")
-            .and_then(|v| v.as_u64())
-            .unwrap_or(0))
+    /// Waits up to 15 s until the tunnel counter `name` reaches `at_least` on both sides.
+    fn wait_for_counter(&self, name: &str, at_least: u64, failure: &str) -> Result<()> {
+        let deadline = SystemClock::now() + Duration::from_secs(15);
+        for side in Side::BOTH {
+            while self.tunnel_counter(side, name)? < at_least {
+                if SystemClock::now() >= deadline {
+                    bail!("the {} appliance's {failure} within 15 s", side.role());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(())
     }
 
-    /// Peers `side` reaches at once (see `WanoptTunnel::peers_ready` in the admin API).
-    pub fn peers_ready(&self, side: Side) -> Result<u64> {
+    /// The counter `name` of `side`'s tunnel in the admin API (`WanoptTunnel`), 0 when absent.
+    fn tunnel_counter(&self, side: Side, name: &str) -> Result<u64> {
         let stats = self.stats(side)?;
         Ok(stats
-            .pointer("/tunnel/peers_ready")
+            .pointer(&format!("/tunnel/{name}"))
             .and_then(|v| v.as_u64())
             .unwrap_or(0))
     }
