@@ -15,7 +15,7 @@
 //! | `wanopt_wan_bytes_total` | `peer`, `class`, `direction` = `in` / `out` |
 //! | `wanopt_flows_total` | `peer`, `class`, `outcome` = `optimized` / `failed` / `passed_through`, `reason` (`""` unless passed through) |
 //! | `wanopt_store_bytes`, `wanopt_store_capacity_bytes`, `wanopt_store_chunks`, `wanopt_store_hit_ratio` | `store` = `memory` / `disk` |
-//! | `wanopt_tunnel_connections_total`, `wanopt_tunnel_refused_total`, `wanopt_tunnel_peers_ready` | none |
+//! | `wanopt_tunnel_connections_total`, `wanopt_tunnel_refused_total`, `wanopt_tunnel_peers_ready`, `wanopt_tunnel_packets_sent_total`, `wanopt_tunnel_packets_lost_total` | none |
 //! | `wanopt_tunnel_fec_windows_total`, `wanopt_tunnel_fec_skipped_total`, `wanopt_tunnel_fec_repair_sent_total`, `wanopt_tunnel_fec_repair_received_total`, `wanopt_tunnel_fec_recovered_total`, `wanopt_tunnel_fec_unrecoverable_total`, `wanopt_tunnel_fec_probes_sent_total`, `wanopt_tunnel_fec_probes_received_total` | none |
 //! | `wanopt_path_loss_ratio` (0 to 1; absent until measured) | `peer`, `direction` = `out` (what this side sends, as the peer measured it) / `in` |
 
@@ -138,6 +138,13 @@ pub struct WanoptTunnel {
     pub flows_accepted: u64,
     /// Inbound streams refused for their flow header.
     pub bad_headers: u64,
+    /// QUIC packets sent over all tunnel connections.
+    #[serde(default)]
+    pub packets_sent: u64,
+    /// QUIC packets declared lost and sent again (with FEC, also datagrams it restored too
+    /// late for QUIC's loss detection).
+    #[serde(default)]
+    pub packets_lost: u64,
     /// Forward error correction: windows repaired (blocks near the end of a transfer, the
     /// last window of a burst, short exchanges).
     #[serde(default)]
@@ -280,6 +287,16 @@ impl Collector for WanoptCollector {
             &[(vec![], s.tunnel.refused)],
         )?;
         for (name, help, v) in [
+            (
+                "wanopt_tunnel_packets_sent",
+                "QUIC packets sent over the tunnel connections",
+                s.tunnel.packets_sent,
+            ),
+            (
+                "wanopt_tunnel_packets_lost",
+                "QUIC packets declared lost and sent again",
+                s.tunnel.packets_lost,
+            ),
             (
                 "wanopt_tunnel_fec_windows",
                 "FEC windows repaired (tail blocks, bursts' last windows, short exchanges)",
@@ -444,7 +461,8 @@ pub fn write_stats(out: &mut dyn Write, s: &WanoptStats) -> std::io::Result<()> 
     }
     writeln!(
         out,
-        "\ntunnel: {} connection(s), {} peer(s) ready, {} refused, {} inbound flow(s), {} bad header(s)\n\
+        "\ntunnel: {} connection(s), {} peer(s) ready, {} refused, {} inbound flow(s), {} bad header(s), \
+         {} packet(s) sent, {} declared lost\n\
          fec: {} window(s) repaired, {} block(s) far from a transfer's end let go, \
          {} repair datagram(s) sent, {} received, {} datagram(s) restored, {} window(s) \
          beyond repair, {} probe(s) sent, {} received",
@@ -453,6 +471,8 @@ pub fn write_stats(out: &mut dyn Write, s: &WanoptStats) -> std::io::Result<()> 
         s.tunnel.refused,
         s.tunnel.flows_accepted,
         s.tunnel.bad_headers,
+        s.tunnel.packets_sent,
+        s.tunnel.packets_lost,
         s.tunnel.fec_windows,
         s.tunnel.fec_skipped,
         s.tunnel.fec_repair_sent,

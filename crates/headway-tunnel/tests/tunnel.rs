@@ -147,6 +147,11 @@ async fn ten_megabytes_each_way_arrive_intact() {
         assert_eq!(a.stats().peers_ready, 1, "a flow to b goes at once");
         assert_eq!(b.stats().connections, 1);
         assert_eq!(b.stats().flows_accepted, 1);
+        // Each side sent its 10 MB in packets of at most 1,500 bytes (and counts them).
+        for s in [a.stats(), b.stats()] {
+            assert!(s.packets_sent > 10_000_000 / 1500, "{s:?}");
+            assert!(s.packets_lost < s.packets_sent, "{s:?}");
+        }
     })
     .await;
 }

@@ -306,6 +306,8 @@ impl WanoptControl for ApplianceView {
             refused: t.refused,
             flows_accepted: t.flows_accepted,
             bad_headers: t.bad_headers,
+            packets_sent: t.packets_sent,
+            packets_lost: t.packets_lost,
             fec_windows: t.fec.windows,
             fec_skipped: t.fec.skipped,
             fec_repair_sent: t.fec.repair_sent,
