@@ -47,6 +47,10 @@
 //! the loss the *receiver* measured and reports back in every header it sends (see [`wire`]):
 //! an upper bound of its measurement that tightens as it counts more datagrams (1.5 standard
 //! errors; 7.5 % for a 5 % path after one epoch of 256 datagrams, 5.7 % after eight).
+//! A block the transfer goes on after gets fewer where a shard costs more than the stall it
+//! is expected to prevent ([`repair_count_for_cost`]): each shard delays the rest of the
+//! transfer by a datagram's time (8 ms at 1.5 Mbit/s), while a shortfall costs only the part
+//! of the retransmission's delay ([`FAILURE_RTTS`]) that the rest does not cover.
 //! Short exchanges — at most [`MAX_SHORT`] datagrams, a request or an answer — are protected
 //! on every protected path: a lost one costs the transport's probe timeout, more than a round
 //! trip, and the exchange is the whole wait. (The second pass of a deduplicated 17 MB file is
@@ -117,8 +121,8 @@ use std::time::{Duration, Instant};
 
 use reed_solomon_simd::{ReedSolomonDecoder, ReedSolomonEncoder};
 
-pub use loss::repair_count;
 use loss::LossEstimator;
+pub use loss::{repair_count, repair_count_for_cost};
 use wire::{Header, Kind, LossReport, RepairHeader};
 
 /// The largest datagram payload the layer keeps for repair (a shard holds its length in 2
@@ -164,6 +168,12 @@ const MAX_PROBES_AT_ONCE: u32 = 16;
 /// for this long (or the idle gap, if shorter): the application's next write of the same
 /// answer usually follows within it, and no pacer pause can hold back what was never written.
 pub const EXCHANGE_GAP: Duration = Duration::from_millis(5);
+/// What a block whose repair falls short costs, in round trips: the transport finds the loss
+/// after its time threshold (9/8 RTT, or up to 1.5 when the tunnel waits for repair) and the
+/// retransmission arrives with the one-way delay the lost datagram would have had.
+pub const FAILURE_RTTS: f64 = 1.5;
+/// The datagram size [`PathParams::packet_time`] is for, to turn unsent bytes into time.
+const FULL_DATAGRAM: u64 = 1500;
 /// Bytes added to a data datagram.
 pub const OVERHEAD: usize = Header::LEN;
 /// Bytes a repair datagram has beyond the largest datagram of its window (headers, the
@@ -240,6 +250,13 @@ pub struct PathParams {
     /// The gap between the probes of the start-up train (see the crate doc); `None`: the
     /// path is not probed.
     pub probe_gap: Option<Duration>,
+    /// How long a full-size datagram takes on the link: what each repair shard of a block
+    /// the transfer goes on after costs it (see [`repair_count_for_cost`]). Zero: repair is
+    /// sized by [`Config::target`] alone.
+    pub packet_time: Duration,
+    /// The path's round-trip time: a block whose repair falls short waits for the
+    /// transport's retransmission, about [`FAILURE_RTTS`] of it.
+    pub rtt: Duration,
 }
 
 impl PathParams {
@@ -274,6 +291,8 @@ impl PathParams {
             block: block.max(1),
             tail_bytes: (bdp_packets * 1.5 * PACKET_BITS / 8.0) as u64,
             probe_gap: protect.then_some(probe_gap),
+            packet_time: Duration::from_secs_f64(PACKET_BITS / rate),
+            rtt,
         }
     }
 }
@@ -836,7 +855,24 @@ impl Fec {
         // The report is already an upper bound of the measurement (its sampling error);
         // the small margin covers a path that got worse since.
         let p = p + 0.001;
-        let r = repair_count(n, p, cfg.target, cfg.max_repair);
+        let mut r = repair_count(n, p, cfg.target, cfg.max_repair);
+        if n > MAX_SHORT && !peer.params.packet_time.is_zero() {
+            // A block the transfer goes on after: each shard delays the rest by a datagram,
+            // and a shortfall costs only what of the retransmission's delay the rest of the
+            // transfer does not cover. (The last window's shards delay nothing of it.)
+            let unsent = peer.written - peer.sent;
+            if unsent > 0 {
+                let pt = peer.params.packet_time;
+                let rest = pt.mul_f64(unsent as f64 / FULL_DATAGRAM as f64);
+                let stall = peer.params.rtt.mul_f64(FAILURE_RTTS).saturating_sub(rest);
+                r = r.min(repair_count_for_cost(n, p, pt, stall, r));
+            }
+        }
+        if r == 0 {
+            peer.clear_window();
+            self.stats.skipped += 1;
+            return;
+        }
         let max_len = peer.window.iter().map(|s| s.data.len()).max().unwrap_or(0);
         let shard_bytes = (max_len + 2 + 1) & !1;
         let (Ok(count), Ok(recovery)) = (u16::try_from(n), u16::try_from(r)) else {

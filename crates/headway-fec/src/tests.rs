@@ -26,6 +26,8 @@ fn params() -> PathParams {
         block: MAX_BLOCK,
         tail_bytes: 200 * 1200,
         probe_gap: None,
+        packet_time: Duration::ZERO,
+        rtt: Duration::from_millis(100),
     }
 }
 
@@ -730,4 +732,28 @@ fn probes_never_split_a_window() {
         }
     }
     assert_eq!(restored, vec![datagram(59, 1300)]);
+}
+
+#[test]
+fn a_slow_link_repairs_a_block_before_the_end_by_what_a_shard_costs() {
+    // 1.5 Mbit/s, 300 ms: blocks of 18, a datagram takes 8 ms. With the 1 % prior, the last
+    // block gets the target's 3 shards; one with 20 kB still to send after it gets one (two
+    // more would delay the rest by 16 ms to save a 0.34 s stall one time in 60).
+    let slow = PathParams::for_link(1_500_000, Duration::from_millis(300));
+    assert!(slow.blocks);
+    let shards = |unsent_after: u64| {
+        let mut tx = Fec::new(Config::default());
+        tx.configure(b(), slow);
+        let now = t0();
+        tx.handle_written(now, b(), slow.block as u64 * 1400 + unsent_after);
+        for _ in 0..slow.block {
+            tx.handle_send(now, b(), &[7; 1400]);
+        }
+        tx.handle_sent(now, b());
+        std::iter::from_fn(|| tx.poll_transmit()).count()
+    };
+    assert_eq!(shards(0), 3);
+    assert_eq!(shards(20_000), 1);
+    // Further from the end the rest covers the retransmission: no repair.
+    assert_eq!(shards(80_000), 0);
 }
