@@ -169,8 +169,9 @@ const MAX_PROBES_AT_ONCE: u32 = 16;
 /// answer usually follows within it, and no pacer pause can hold back what was never written.
 pub const EXCHANGE_GAP: Duration = Duration::from_millis(5);
 /// What a block whose repair falls short costs, in round trips: the transport finds the loss
-/// after its time threshold (9/8 RTT, or up to 1.5 when the tunnel waits for repair) and the
-/// retransmission arrives with the one-way delay the lost datagram would have had.
+/// after its time threshold (9/8 RTT, and at most this when it waits for repair, as the
+/// tunnel's does) and the retransmission arrives with the one-way delay the lost datagram
+/// would have had.
 pub const FAILURE_RTTS: f64 = 1.5;
 /// The datagram size [`PathParams::packet_time`] is for, to turn unsent bytes into time.
 const FULL_DATAGRAM: u64 = 1500;

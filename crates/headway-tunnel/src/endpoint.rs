@@ -867,8 +867,9 @@ fn fec_time_threshold(peer: &PeerConfig, path: &headway_fec::PathParams) -> f32 
 /// FEC repairs only a transfer's last 1.5 bandwidth-delay products (`PathParams::tail_bytes`):
 /// a loss just before them must still be found and resent before the transfer would end.
 /// (At 1.5 Mbit/s and 300 ms, where blocks of 18 take 0.14 s and the idle gap 0.12 s,
-/// 2.25 RTT made a 0.36 MB transfer at 5 % loss 0.1 s slower.)
-const MAX_FEC_TIME_THRESHOLD: f64 = 1.5;
+/// 2.25 RTT made a 0.36 MB transfer at 5 % loss 0.1 s slower.) FEC sizes its repair for
+/// this delay when a block falls short.
+const MAX_FEC_TIME_THRESHOLD: f64 = headway_fec::FAILURE_RTTS;
 
 /// The largest UDP payload quinn may send to `peer`: its path MTU less the IP and UDP headers
 /// and, with FEC, less the room for FEC's headers (a repair datagram is REPAIR_OVERHEAD bytes
