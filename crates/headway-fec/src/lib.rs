@@ -72,8 +72,9 @@
 //! retransmission. So each side sends a configured peer it hears from a start-up train of
 //! [`PROBE_TRAIN`] probes (a 7-byte header, numbered with the kept datagrams), paced to a tenth
 //! of the link at most, enough for the peer to finish four measurement epochs; the peer's
-//! report (their upper bound) comes back in the headers of whatever it sends. After the train, a path without data gets a
-//! probe every [`IDLE_PROBE_GAP`] so the measurement follows the path while the tunnel is idle.
+//! report (their upper bound) comes back in the headers of whatever it sends. After the train,
+//! a path without data gets a probe every [`IDLE_PROBE_GAP`] so the measurement follows the
+//! path while the tunnel is idle.
 //! Probes go only to configured peers ([`Fec::configure`] with a `probe_gap`) that sent a
 //! non-probe datagram within [`PROBE_ALIVE`]: never to an address that merely sent a datagram,
 //! and not forever to a peer whose tunnel is gone. A peer that restarted (its sequence numbers

@@ -844,8 +844,8 @@ fn transport_config(peer: &PeerConfig, options: &Options) -> Result<TransportCon
             // the restored datagram's acknowledgement can arrive: it comes up to a block,
             // its repair and the idle gap later than the datagram's own would have. At
             // 44 Mbit/s and 90 ms a block of 82 takes 22 ms, twice RTT/8, and most datagrams
-            // FEC restored were sent again (27 of 32 in one transfer; 17 with this). The threshold then
-            // bounds how late a loss FEC could not repair is found.
+            // FEC restored were sent again (27 of 32 in one transfer; 17 with this). The
+            // threshold then bounds how late a loss FEC could not repair is found.
             t.packet_threshold((path.block + FEC_REORDER_SLACK) as u32);
             t.time_threshold(fec_time_threshold(peer, &path));
         }
