@@ -847,7 +847,7 @@ fn transport_config(peer: &PeerConfig, options: &Options) -> Result<TransportCon
             // FEC restored were sent again (27 of 32 in one transfer; 17 with this). The
             // threshold then bounds how late a loss FEC could not repair is found.
             t.packet_threshold((path.block + FEC_REORDER_SLACK) as u32);
-            t.time_threshold(fec_time_threshold(peer, &path));
+            t.time_threshold(fec_time_threshold(&path));
         }
     }
     Ok(t)
@@ -857,10 +857,10 @@ fn transport_config(peer: &PeerConfig, options: &Options) -> Result<TransportCon
 /// blocks: RFC 9002's 9/8 plus the time a block's repair may trail its first datagram (the
 /// block, half as much again for its repair and a send batch, and the idle gap), at most
 /// [`MAX_FEC_TIME_THRESHOLD`].
-fn fec_time_threshold(peer: &PeerConfig, path: &headway_fec::PathParams) -> f32 {
-    let packet = 1500.0 * 8.0 / peer.link_rate.bps().max(1) as f64;
+fn fec_time_threshold(path: &headway_fec::PathParams) -> f32 {
+    let packet = path.packet_time.as_secs_f64();
     let repair_delay = packet * path.block as f64 * 1.5 + path.idle_gap.as_secs_f64();
-    let rtt = peer.rtt_estimate.as_secs_f64().max(0.001);
+    let rtt = path.rtt.as_secs_f64().max(0.001);
     (9.0 / 8.0 + repair_delay / rtt).min(MAX_FEC_TIME_THRESHOLD) as f32
 }
 
@@ -1164,7 +1164,7 @@ mod tests {
             );
             peer.rtt_estimate = Duration::from_millis(rtt_ms);
             let path = headway_fec::PathParams::for_link(peer.link_rate.bps(), peer.rtt_estimate);
-            (path, fec_time_threshold(&peer, &path))
+            (path, fec_time_threshold(&path))
         };
         // 44 Mbit/s, 300 ms: blocks of 112 (31 ms); the repair may trail a datagram by
         // 1.5 blocks and the idle gap, 51 ms, 0.17 RTT beyond RFC 9002's 9/8.
