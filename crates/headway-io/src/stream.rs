@@ -85,6 +85,22 @@ pub fn recv_into(sock: &impl AsFd, buf: &mut ReadBuf<'_>) -> io::Result<usize> {
     Ok(n)
 }
 
+/// Sends from `bufs` on a non-blocking TCP socket with `MSG_MORE`: the kernel keeps the bytes
+/// back (as `TCP_CORK` would) until a later send without it or a `shutdown`, whose FIN then
+/// rides on the last data segment instead of a segment of its own.
+/// `Err(WouldBlock)` when the socket's buffer is full.
+pub fn send_more(sock: &impl AsFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    use nix::sys::socket::{sendmsg, MsgFlags};
+    // nix names no MSG_MORE.
+    let flags = MsgFlags::from_bits_retain(libc::MSG_MORE) | MsgFlags::MSG_NOSIGNAL;
+    loop {
+        match sendmsg::<()>(sock.as_fd().as_raw_fd(), bufs, &[], flags, None) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            r => return r.map_err(io::Error::from),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +126,21 @@ mod tests {
     use std::io::Write;
     use std::mem::MaybeUninit;
     use std::net::{TcpListener, TcpStream};
+
+    #[test]
+    fn bytes_sent_with_more_reach_the_peer_with_the_shutdown() {
+        use std::io::Read;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        c.set_nodelay(true).unwrap();
+        let bufs = [io::IoSlice::new(b"last "), io::IoSlice::new(b"answer")];
+        assert_eq!(send_more(&c, &bufs).unwrap(), 11);
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"last answer");
+    }
 
     #[test]
     fn reads_what_arrived_and_says_when_nothing_did() {

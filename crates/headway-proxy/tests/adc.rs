@@ -1244,3 +1244,36 @@ async fn shutdown_stops_accepting_and_lets_in_flight_requests_finish() {
     assert_eq!((r.status, r.text().as_str()), (200, "ok\n"));
     done.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closing_connections_last_answer_arrives_whole() {
+    let o = Origin::start("o", Duration::ZERO).await;
+    let text = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", ""));
+    let (_p, addr) = proxy(&text).await;
+    // HTTP/1.0 and `Connection: close`: the answer whole, then the close, at every size from
+    // a body in one write to one larger than the socket buffer (where writes would block).
+    for n in [0usize, 1, 128, 70_000, 3_000_000] {
+        let direct = get(&client(), o.addr, &format!("/corpus/random/{n}")).await;
+        for (version, close) in [("1.0", ""), ("1.1", "Connection: close\r\n")] {
+            let req = format!("GET /corpus/random/{n} HTTP/{version}\r\nHost: x\r\n{close}\r\n");
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            s.write_all(req.as_bytes()).await.unwrap();
+            let mut out = Vec::new();
+            tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+                .await
+                .expect("the proxy closes after the answer")
+                .unwrap();
+            let head_end = out
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .expect("an answer head")
+                + 4;
+            let head = String::from_utf8_lossy(&out[..head_end]).to_lowercase();
+            assert!(head.contains(" 200 "), "{head}");
+            assert!(
+                out[head_end..] == direct.body[..],
+                "HTTP/{version} {n}: body differs"
+            );
+        }
+    }
+}

@@ -641,3 +641,66 @@ async fn tls_to_servers_is_verified_and_reused() {
         tls(&backend)
     );
 }
+
+/// A connection's last answer is kept for its close and sent with the close_notify and the
+/// FIN: whole, at every size around the bound of what is kept, for HTTP/1.0 (ALPN
+/// "http/1.0" offered alone), `Connection: close`, and HTTP/1.0 keep-alive (where nothing is
+/// kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_connections_get_their_last_answer_whole() {
+    let pki = Pki::new();
+    let (p, addr, _) = front(&pki, "").await;
+    for size in [0usize, 1, 128, 16_000, 65_000, 66_000, 70_000, 1_000_000] {
+        let path = format!("/corpus/random/{size}");
+        let cases: [&[&str]; 3] = [
+            &["--http1.0"],
+            &["-H", "Connection: close"],
+            &["--http1.0", "-H", "Connection: keep-alive"],
+        ];
+        for (i, args) in cases.iter().enumerate() {
+            let file = pki.path(&format!("got-{size}-{i}"));
+            let file_arg = file.display().to_string();
+            let mut all = args.to_vec();
+            all.extend_from_slice(&["-o", &file_arg, "-w", "%{http_code} %{size_download}\\n"]);
+            let (ok, out) = curl(&pki, addr, "a.example", &path, &all).await;
+            assert!(ok, "{size} {args:?}: {out}");
+            assert!(
+                out.starts_with(&format!("200 {size}")),
+                "{size} {args:?}: {out}"
+            );
+            let got = std::fs::read(&file).unwrap();
+            assert_eq!(got.len(), size, "{size} {args:?}");
+            // The corpus is the same bytes every time: the first answer is the reference.
+            let first = std::fs::read(pki.path(&format!("got-{size}-0"))).unwrap();
+            assert!(got == first, "{size} {args:?}: the bytes differ");
+        }
+    }
+    // Two answers in one curl run (on one connection or two: hyper keeps it, but its HTTP/1.0
+    // answer does not say keep-alive, so curl closes it), each whole.
+    let url = format!("https://a.example:{}/corpus/random/70000", addr.port());
+    let (f1, f2) = (pki.path("ka-1"), pki.path("ka-2"));
+    let (f1s, f2s) = (f1.display().to_string(), f2.display().to_string());
+    let (ok, out) = curl(
+        &pki,
+        addr,
+        "a.example",
+        "/corpus/random/128",
+        &[
+            "--http1.0",
+            "-H",
+            "Connection: keep-alive",
+            "-v",
+            "-o",
+            &f1s,
+            &url,
+            "-o",
+            &f2s,
+        ],
+    )
+    .await;
+    assert!(ok, "{out}");
+    assert_eq!(std::fs::read(&f1).unwrap().len(), 70_000);
+    assert_eq!(std::fs::read(&f2).unwrap().len(), 128);
+    let t = tls(&p);
+    assert_eq!(t.failures.iter().map(|(_, n)| n).sum::<u64>(), 0, "{t:?}");
+}

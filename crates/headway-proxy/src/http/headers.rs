@@ -64,6 +64,25 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) -> bool {
     close
 }
 
+/// Whether an HTTP/1 request is its connection's last: it asks to close, or it is HTTP/1.0 and
+/// does not ask to keep the connection alive (RFC 9112 §9.3) — what hyper decides too.
+pub fn request_closes(version: http::Version, headers: &HeaderMap) -> bool {
+    let mut keep_alive = false;
+    for t in headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+    {
+        if t.eq_ignore_ascii_case("close") {
+            return true;
+        }
+        keep_alive |= t.eq_ignore_ascii_case("keep-alive");
+    }
+    version == http::Version::HTTP_10 && !keep_alive
+}
+
 /// A client's address, written once per connection for the forwarding headers.
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -257,6 +276,25 @@ mod tests {
             let text = ip.to_string();
             proptest::prop_assert_eq!(ipv4_value(ip), text.as_str());
         }
+    }
+
+    #[test]
+    fn a_request_closes_when_it_asks_or_is_http_1_0_without_keep_alive() {
+        use http::Version;
+        let h = |v: &[&str]| {
+            let mut m = HeaderMap::new();
+            for v in v {
+                m.append(header::CONNECTION, HeaderValue::from_str(v).unwrap());
+            }
+            m
+        };
+        assert!(!request_closes(Version::HTTP_11, &h(&[])));
+        assert!(request_closes(Version::HTTP_11, &h(&["Close"])));
+        assert!(request_closes(Version::HTTP_11, &h(&["x-a", "te, close"])));
+        assert!(request_closes(Version::HTTP_10, &h(&[])));
+        assert!(!request_closes(Version::HTTP_10, &h(&["Keep-Alive"])));
+        assert!(request_closes(Version::HTTP_10, &h(&["keep-alive, close"])));
+        assert!(!request_closes(Version::HTTP_2, &h(&[])));
     }
 
     #[test]

@@ -182,6 +182,12 @@ pub struct ConnActivity {
     /// Close lingering: the connection ends on an error answer, and the client may still be
     /// sending (see [`ClientIo`]'s drop).
     linger: std::sync::atomic::AtomicBool,
+    /// The request being answered is the connection's last ([`headers::request_closes`]).
+    last_exchange: std::sync::atomic::AtomicBool,
+    /// The last exchange's body has ended: what is written from now on is the connection's
+    /// last bytes, so a client stream may keep them for the close (see
+    /// `crate::tls::hold_io`).
+    ending: std::sync::atomic::AtomicBool,
 }
 
 impl ConnActivity {
@@ -200,6 +206,15 @@ impl ConnActivity {
     pub fn exchange_done(&self) {
         self.inflight.fetch_sub(1, Relaxed);
         self.touch();
+        if self.last_exchange.load(Relaxed) {
+            self.ending.store(true, Relaxed);
+        }
+    }
+
+    /// Whether the connection's last answer is complete and only its last bytes, the close
+    /// and the FIN are still to be written.
+    pub fn is_ending(&self) -> bool {
+        self.ending.load(Relaxed)
     }
 }
 
@@ -456,23 +471,25 @@ pub async fn serve_connection(
         peer,
         drain,
         allow_h2 && h2,
+        Arc::default(),
     )
     .await;
 }
 
 /// Serves one client connection over any byte stream (TLS after its handshake: `h2` from the
-/// negotiated ALPN protocol), like [`serve_connection`].
+/// negotiated ALPN protocol), like [`serve_connection`]. `activity` is the connection's, shared
+/// with the stream when it wants to know (TLS keeps the last answer for its close).
 pub async fn serve_stream<S: Stream>(
     slot: Arc<Slot>,
     stream: S,
     peer: SocketAddr,
     drain: watch::Receiver<bool>,
     h2: bool,
+    activity: Arc<ConnActivity>,
 ) {
     let vs = slot.vs.load_full();
     let cfg = &vs.config;
     let verdict = Arc::new(Verdict::default());
-    let activity = Arc::new(ConnActivity::default());
     let io = ClientIo {
         inner: Some(Guarded::new(
             stream,
@@ -672,6 +689,9 @@ async fn handle(conn: Arc<Conn>, req: Request<Incoming>) -> Response<RespBody> {
     conn.activity.inflight.fetch_add(1, Relaxed);
     let started = SystemClock::now();
     let (parts, body) = req.into_parts();
+    if parts.version != Version::HTTP_2 && headers::request_closes(parts.version, &parts.headers) {
+        conn.activity.last_exchange.store(true, Relaxed);
+    }
     let mut log = vs.log.as_ref().map(|l| {
         let h = |n: header::HeaderName| {
             parts

@@ -4,17 +4,29 @@
 //! When a TLS 1.3 handshake completes, the server sends its session ticket at once, in a
 //! write (and a wake-up of the client) of its own; the response follows a few microseconds
 //! later. [`HoldIo`] keeps those bytes and sends them in front of the next write, so ticket
-//! and response share one system call. Nothing waits on it: whenever the connection would
-//! wait for the client (a read finds nothing), held bytes go out first — so a client that
-//! waits for the server (a TLS 1.2 client expecting the server's Finished, a TLS 1.3 client
-//! after a HelloRetryRequest) gets them without delay.
+//! and response share one system call — also when the client's request came with its
+//! Finished and the answer takes a server's round trip (a flush does not send them: the
+//! ticket going out alone then cost a write and a wake-up of the client per connection).
+//! Nothing waits on it: whenever the connection would wait for the client (a read finds
+//! nothing), held bytes go out first — so a client that waits for the server (a TLS 1.2
+//! client expecting the server's Finished, a TLS 1.3 client after a HelloRetryRequest) gets
+//! them without delay — and shutdown sends them before the FIN.
+//!
+//! The same holds at the other end of a connection the client asked to close: once its last
+//! answer is complete (`ConnActivity::is_ending`), the answer's last records and the
+//! close_notify are kept (up to [`MAX_LAST`]) and sent at shutdown with `MSG_MORE`, so the FIN
+//! rides on their segment — one write and one segment where there were two writes and three
+//! segments. A read that finds nothing sends them too, should the connection go on after all.
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
+
+use crate::http::ConnActivity;
 
 /// Where the connection is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,33 +36,51 @@ enum Phase {
     Handshake { wrote: bool },
     /// The client's second flight was read: writes are held, flushes do nothing.
     Hold,
+    /// The handshake is over and the client's first request came with its last flight
+    /// ([`HoldIo::release`] with `answer_owed`): held bytes wait for the answer's write even
+    /// while the server reads (hyper watches for the client closing while it waits for the
+    /// server), since the client waits for the answer, not for them.
+    Answer,
     /// The handshake is over ([`HoldIo::release`]): held bytes lead the next write.
     Pass,
 }
 
+/// The most a connection's last answer keeps back for its close; a longer one is written as
+/// it comes.
+const MAX_LAST: usize = 64 * 1024;
+
 /// A client socket that coalesces the server's post-handshake messages with the first
-/// response (see the module doc).
+/// response, and a closing connection's last answer with its close (see the module doc).
 #[derive(Debug)]
 pub struct HoldIo {
     tcp: TcpStream,
     phase: Phase,
     held: Vec<u8>,
+    /// The connection's HTTP activity: whether its last answer is complete.
+    activity: Arc<ConnActivity>,
 }
 
 impl HoldIo {
-    /// Wraps an accepted client socket before the handshake starts.
-    pub fn new(tcp: TcpStream) -> Self {
+    /// Wraps an accepted client socket before the handshake starts; `activity` is the one the
+    /// HTTP layer will serve the connection with.
+    pub fn new(tcp: TcpStream, activity: Arc<ConnActivity>) -> Self {
         Self {
             tcp,
             phase: Phase::Handshake { wrote: false },
             held: Vec::new(),
+            activity,
         }
     }
 
-    /// The handshake is over: held bytes go out with the next write, the next flush, or when
-    /// the connection would wait for the client.
-    pub fn release(&mut self) {
-        self.phase = Phase::Pass;
+    /// The handshake is over: held bytes go out with the next write, at shutdown, or when the
+    /// connection would wait for the client — unless `answer_owed` (the client's first request
+    /// already arrived), when only the answer's write or shutdown sends them.
+    pub fn release(&mut self, answer_owed: bool) {
+        self.phase = if answer_owed {
+            Phase::Answer
+        } else {
+            Phase::Pass
+        };
     }
 
     /// Bytes held back now.
@@ -115,7 +145,7 @@ impl AsyncRead for HoldIo {
         let before = buf.filled().len();
         let r = Pin::new(&mut this.tcp).poll_read(cx, buf);
         match r {
-            Poll::Pending if !this.held.is_empty() => {
+            Poll::Pending if !this.held.is_empty() && this.phase != Phase::Answer => {
                 // About to wait for the client: what is held goes out now. (If the socket
                 // cannot take it, its write readiness wakes this task too.)
                 if let Poll::Ready(Err(e)) = this.poll_drain(cx) {
@@ -165,7 +195,19 @@ impl AsyncWrite for HoldIo {
                 }
                 r
             }
-            Phase::Pass => this.poll_write_after_held(cx, bufs),
+            Phase::Answer | Phase::Pass => {
+                this.phase = Phase::Pass;
+                let len: usize = bufs.iter().map(|b| b.len()).sum();
+                if this.activity.is_ending() && this.held.len() + len <= MAX_LAST {
+                    // The connection's last bytes (the answer's end, the close_notify): kept
+                    // for the shutdown, which sends them with the FIN.
+                    for b in bufs {
+                        this.held.extend_from_slice(b);
+                    }
+                    return Poll::Ready(Ok(len));
+                }
+                this.poll_write_after_held(cx, bufs)
+            }
         }
     }
 
@@ -174,24 +216,47 @@ impl AsyncWrite for HoldIo {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.phase == Phase::Hold {
-            return Poll::Ready(Ok(()));
-        }
-        ready!(this.poll_drain(cx))?;
-        Pin::new(&mut this.tcp).poll_flush(cx)
+        // Held bytes are not the caller's: a flush while nothing else was written (hyper
+        // flushes after reading a request that came with the client's Finished, before it
+        // has an answer) keeps them for the answer's write, or for the moment the connection
+        // would wait for the client.
+        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        ready!(this.poll_drain(cx))?;
+        // Held bytes go corked (MSG_MORE), so the FIN the shutdown sends rides on their last
+        // segment: one segment, and one wake-up of the client, where there were three.
+        while !this.held.is_empty() {
+            ready!(this.tcp.poll_write_ready(cx))?;
+            let sent = this.tcp.try_io(Interest::WRITABLE, || {
+                headway_io::stream::send_more(&this.tcp, &[IoSlice::new(&this.held)])
+            });
+            match sent {
+                Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Ok(n) => drop(this.held.drain(..n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
         Pin::new(&mut this.tcp).poll_shutdown(cx)
+    }
+}
+
+impl Drop for HoldIo {
+    fn drop(&mut self) {
+        // Dropped without a shutdown (an error, a timeout): what is held is the client's all
+        // the same; whatever the socket takes now goes.
+        if !self.held.is_empty() {
+            let _ = self.tcp.try_write(&self.held);
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
@@ -199,7 +264,7 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let (s, _) = l.accept().await.unwrap();
-        (HoldIo::new(s), c)
+        (HoldIo::new(s, Arc::default()), c)
     }
 
     /// Moves `from`'s next `want.len()` bytes into a buffer and checks them.
@@ -229,8 +294,26 @@ mod tests {
         s.write_all(b"ticket").await.unwrap();
         s.flush().await.unwrap();
         assert_eq!(s.held(), 6, "held after the second flight");
-        s.release();
+        s.release(false);
         s.write_all(b"response").await.unwrap();
+        assert_eq!(s.held(), 0);
+        expect(&mut c, b"ticketresponse").await;
+    }
+
+    #[tokio::test]
+    async fn a_flush_before_the_answer_keeps_the_ticket_for_it() {
+        let (mut s, mut c) = to_hold().await;
+        s.write_all(b"ticket").await.unwrap();
+        s.release(true);
+        // hyper flushes after reading the request and watches for the client closing while
+        // it waits for the server: neither sends the ticket.
+        s.flush().await.unwrap();
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_millis(20), s.read(&mut byte)).await;
+        assert!(read.is_err(), "the client sent nothing more");
+        assert_eq!(s.held(), 6, "held until the answer");
+        s.write_all(b"response").await.unwrap();
+        s.flush().await.unwrap();
         assert_eq!(s.held(), 0);
         expect(&mut c, b"ticketresponse").await;
     }

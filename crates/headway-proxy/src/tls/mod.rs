@@ -302,12 +302,16 @@ impl Terminator {
         };
         let sni = Sni::new(&tls.certificates, keys, session.counters.clone());
         let mut config = builder.with_cert_resolver(Arc::new(sni));
-        // RFC 7301: the server picks from the client's list; h2 first when allowed.
-        config.alpn_protocols = if vs.http2 {
-            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
-        } else {
-            vec![b"http/1.1".to_vec()]
-        };
+        // RFC 7301: the server picks from the client's list; h2 first when allowed. A client
+        // that offers only "http/1.0" (`curl --http1.0`) gets it, served as HTTP/1 — without
+        // it in the list rustls refused the handshake (no_application_protocol).
+        let mut alpn = Vec::with_capacity(3);
+        if vs.http2 {
+            alpn.push(b"h2".to_vec());
+        }
+        alpn.push(b"http/1.1".to_vec());
+        alpn.push(b"http/1.0".to_vec());
+        config.alpn_protocols = alpn;
         if tls.session_cache > 0 {
             config.session_storage = session.cache.clone();
         } else {
@@ -344,7 +348,10 @@ impl Terminator {
     ) {
         // TCP_NODELAY (or the virtual server's TCP profile) was set when it was accepted.
         let acceptor = tokio_rustls::TlsAcceptor::from(self.config.clone());
-        let accept = acceptor.accept(HoldIo::new(stream)).into_fallible();
+        let activity = Arc::new(crate::http::ConnActivity::default());
+        let accept = acceptor
+            .accept(HoldIo::new(stream, activity.clone()))
+            .into_fallible();
         let mut tls = match tokio::time::timeout(self.timeout, accept).await {
             Ok(Ok(s)) => s,
             Ok(Err((e, mut io))) => {
@@ -361,13 +368,20 @@ impl Terminator {
                 return;
             }
         };
-        tls.get_mut().0.release();
+        // Did the client's first request come with its Finished? Then the session ticket waits
+        // for the answer (see `HoldIo`). An error here is the connection's and the first read
+        // reports it.
+        let (io, conn) = tls.get_mut();
+        let answer_owed = conn
+            .process_new_packets()
+            .is_ok_and(|state| state.plaintext_bytes_to_read() > 0);
+        io.release(answer_owed);
         let h2 = {
             let (_, conn) = tls.get_ref();
             self.counters.record(conn);
             conn.alpn_protocol() == Some(b"h2")
         };
-        crate::http::serve_stream(slot, tls, peer, drain, h2).await;
+        crate::http::serve_stream(slot, tls, peer, drain, h2, activity).await;
     }
 }
 
