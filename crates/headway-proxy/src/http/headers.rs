@@ -42,12 +42,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) -> bool {
             .iter()
             .cloned()
             .collect();
-        for t in listed
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-        {
+        for t in connection_options(listed.iter()) {
             if t.eq_ignore_ascii_case("close") {
                 close = true;
             }
@@ -64,17 +59,21 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) -> bool {
     close
 }
 
+/// The comma-separated options of `Connection` field values, trimmed.
+fn connection_options<'a>(
+    values: impl Iterator<Item = &'a HeaderValue>,
+) -> impl Iterator<Item = &'a str> {
+    values
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+}
+
 /// Whether an HTTP/1 request is its connection's last: it asks to close, or it is HTTP/1.0 and
 /// does not ask to keep the connection alive (RFC 9112 §9.3) — what hyper decides too.
 pub fn request_closes(version: http::Version, headers: &HeaderMap) -> bool {
     let mut keep_alive = false;
-    for t in headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-    {
+    for t in connection_options(headers.get_all(header::CONNECTION).iter()) {
         if t.eq_ignore_ascii_case("close") {
             return true;
         }

@@ -184,10 +184,6 @@ pub struct ConnActivity {
     linger: std::sync::atomic::AtomicBool,
     /// The request being answered is the connection's last ([`headers::request_closes`]).
     last_exchange: std::sync::atomic::AtomicBool,
-    /// The last exchange's body has ended: what is written from now on is the connection's
-    /// last bytes, so a client stream may keep them for the close (see
-    /// `crate::tls::hold_io`).
-    ending: std::sync::atomic::AtomicBool,
 }
 
 impl ConnActivity {
@@ -206,15 +202,13 @@ impl ConnActivity {
     pub fn exchange_done(&self) {
         self.inflight.fetch_sub(1, Relaxed);
         self.touch();
-        if self.last_exchange.load(Relaxed) {
-            self.ending.store(true, Relaxed);
-        }
     }
 
-    /// Whether the connection's last answer is complete and only its last bytes, the close
-    /// and the FIN are still to be written.
+    /// Whether the connection's last answer is complete (its exchange ended) and only its last
+    /// bytes, the close and the FIN are still to be written, so a client stream may keep them
+    /// for the close (see `crate::tls::hold_io`).
     pub fn is_ending(&self) -> bool {
-        self.ending.load(Relaxed)
+        self.last_exchange.load(Relaxed) && self.inflight.load(Relaxed) == 0
     }
 }
 
