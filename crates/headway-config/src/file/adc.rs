@@ -344,8 +344,10 @@ pub struct CompressionSection {
     /// of unknown length are compressed. Default: `"1KiB"` (a smaller body fits in one packet
     /// either way).
     pub min_size: Option<Spanned<ByteSize>>,
-    /// gzip level, 1 (fastest) to 9 (smallest). Default: 2 (zlib-rs's level 1 is much weaker;
-    /// level 2 compresses HTML at least as well as zlib's level 1, NGINX's default).
+    /// gzip level, 1 (fastest) to 9 (smallest). Default: 2, which compresses HTML at least as
+    /// well as zlib's level 1 (NGINX's default); 1 is the same as 2 (zlib-rs's level 1 is a much
+    /// weaker parser). A body of known length up to 64 KiB is compressed whole by libdeflate
+    /// at level − 1 (about the same ratio, faster); others stream through zlib-rs.
     pub gzip_level: Option<Spanned<u32>>,
     /// Brotli quality, 0 (fastest) to 11 (smallest); above 4 a response costs far more CPU,
     /// small ones most. Default: 2.

@@ -6,8 +6,8 @@
 //!   the decision for each response ([`decide`], pure), the edits of the response head, and
 //!   the encoders it lends ([`Stage`]);
 //! - [`accept`]: the `Accept-Encoding` parser (RFC 9110 §12.5.3, pure);
-//! - [`encoder`]: one streaming interface over gzip (flate2 on zlib-rs), brotli and zstd
-//!   (sans-IO);
+//! - [`encoder`]: one streaming interface over gzip (flate2 on zlib-rs; libdeflate for a
+//!   body compressed whole), brotli and zstd (sans-IO);
 //! - [`cpu`]: the process's CPU sampler and the hysteresis gates of the bypass;
 //! - [`Counters`] (per virtual server, kept across reloads) and their [`CompressionSnapshot`].
 //!
@@ -27,8 +27,11 @@
 //! # Invariants
 //!
 //! - Memory per response is bounded: the encoder's state plus one frame's output; nothing is
-//!   buffered whole. Output goes out after every input frame that produced some, and at once
-//!   (a sync flush) when the server pauses, so a slow stream is not held back.
+//!   buffered whole but a gzip body whose `Content-Length` is at most [`WHOLE_MAX`], which is
+//!   gathered and compressed in one call at its end ([`Encoder::whole`], libdeflate). Output
+//!   goes out after every input frame that produced some, and at once (a sync flush) when the
+//!   server pauses, so a slow stream is not held back — a pause also ends the gathering: what
+//!   came so far goes into the stream and out.
 //! - Encoders of gzip and zstd are reset and reused across responses (brotli has no reset);
 //!   the output buffer's allocation is reused from frame to frame once the previous frame is
 //!   written.
@@ -66,6 +69,10 @@ pub struct Counters {
     /// Compressible responses to clients that accept none of the codecs.
     not_accepted: Counter,
 }
+
+/// The largest body (by `Content-Length`) gathered to be compressed in one call rather than
+/// streamed, when the codec gains by it (gzip: libdeflate, see [`Encoder::whole`]).
+pub const WHOLE_MAX: u64 = 64 * 1024;
 
 /// Most idle encoders kept per codec and virtual server.
 const POOL: usize = 32;
@@ -286,8 +293,10 @@ impl Policy {
         headers.remove(header::ACCEPT_RANGES);
         weaken_etag(headers);
         self.counters.responses[codec.index()].inc();
+        let gathers = codec == Codec::Gzip && length.is_some_and(|n| n <= WHOLE_MAX);
         Some(Box::new(Stage {
             encoder: Some(encoder),
+            gather: gathers.then(BytesMut::new),
             out: BytesMut::new(),
             pending: false,
             done: false,
@@ -377,6 +386,8 @@ fn weaken_etag(headers: &mut HeaderMap) {
 /// One response's compressor, between the server's payload and the client.
 pub struct Stage {
     encoder: Option<Encoder>,
+    /// The payload so far of a body to be compressed whole at its end; `None` once streaming.
+    gather: Option<BytesMut>,
     out: BytesMut,
     /// Input given since the output last caught up with it.
     pending: bool,
@@ -404,8 +415,16 @@ impl Stage {
     /// Compresses one payload frame. Returns output to send, if the encoder produced any.
     pub fn push(&mut self, data: &[u8]) -> Result<Option<Bytes>, EncodeError> {
         self.bytes_in += data.len() as u64;
-        self.run(data, Flush::None)?;
         self.pending = true;
+        if let Some(g) = &mut self.gather {
+            if (g.len() + data.len()) as u64 <= WHOLE_MAX {
+                g.extend_from_slice(data);
+                return Ok(None);
+            }
+            // Longer than its `Content-Length` said: stream after all.
+            self.spill(Flush::None)?;
+        }
+        self.run(data, Flush::None)?;
         Ok(self.take())
     }
 
@@ -415,7 +434,11 @@ impl Stage {
         if !self.pending || self.done {
             return Ok(None);
         }
-        self.run(&[], Flush::Sync)?;
+        if self.gather.is_some() {
+            self.spill(Flush::Sync)?;
+        } else {
+            self.run(&[], Flush::Sync)?;
+        }
         self.pending = false;
         Ok(self.take())
     }
@@ -424,7 +447,15 @@ impl Stage {
     /// the stream, trailer included.
     pub fn finish(&mut self, last: &[u8]) -> Result<Bytes, EncodeError> {
         self.bytes_in += last.len() as u64;
-        self.run(last, Flush::Finish)?;
+        let encoder = self.encoder.as_mut().expect("taken only on drop");
+        match self.gather.take() {
+            Some(g) if g.is_empty() => encoder.whole(last, &mut self.out)?,
+            Some(mut g) => {
+                g.extend_from_slice(last);
+                encoder.whole(&g, &mut self.out)?;
+            }
+            None => encoder.encode(last, Flush::Finish, &mut self.out)?,
+        }
         self.done = true;
         self.pending = false;
         Ok(self.take().unwrap_or_default())
@@ -438,6 +469,12 @@ impl Stage {
     /// The codec.
     pub fn codec(&self) -> Codec {
         self.codec
+    }
+
+    /// Ends the gathering: what came so far goes into the stream.
+    fn spill(&mut self, flush: Flush) -> Result<(), EncodeError> {
+        let g = self.gather.take().unwrap_or_default();
+        self.run(&g, flush)
     }
 
     fn run(&mut self, data: &[u8], flush: Flush) -> Result<(), EncodeError> {

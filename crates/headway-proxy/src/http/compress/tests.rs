@@ -479,6 +479,117 @@ fn empty_and_tiny_streams_are_valid() {
     }
 }
 
+/// A gzip stage for a body of `length` bytes, at `level`.
+fn gzip_stage(level: u32, length: Option<u64>) -> (Policy, Box<Stage>) {
+    let p = Policy::new(
+        &Compression {
+            codecs: vec![Codec::Gzip],
+            gzip_level: level,
+            min_size: 0,
+            ..policy()
+        },
+        Arc::default(),
+    );
+    let mut h = head(&[("content-type", "text/html")]);
+    let stage = p
+        .respond(
+            &Method::GET,
+            accepted("gzip"),
+            StatusCode::OK,
+            &mut h,
+            length,
+        )
+        .unwrap();
+    (p, stage)
+}
+
+#[test]
+fn a_small_gzip_body_is_compressed_whole_at_its_end() {
+    for level in 1..=9 {
+        for n in [1, 100, 2048, 8192, 40_000, WHOLE_MAX as usize] {
+            let data = html(n);
+            let (p, mut stage) = gzip_stage(level, Some(n as u64));
+            let mut pieces = data.chunks(3000).peekable();
+            let mut out = Vec::new();
+            while let Some(piece) = pieces.next() {
+                if pieces.peek().is_none() {
+                    out.extend_from_slice(&stage.finish(piece).unwrap());
+                } else {
+                    // Gathered: nothing comes out before the end.
+                    assert_eq!(stage.push(piece).unwrap(), None, "level {level}, {n} B");
+                }
+            }
+            assert!(stage.is_done());
+            assert_eq!(decode(Codec::Gzip, &out), data, "level {level}, {n} B");
+            if n >= 2048 {
+                assert!(out.len() * 2 < n, "level {level}, {n} B: {}", out.len());
+            }
+            drop(stage);
+            // The pooled encoder streams the next (unknown-length) body after its whole one.
+            let mut h = head(&[("content-type", "text/html")]);
+            let mut next = p
+                .respond(&Method::GET, accepted("gzip"), StatusCode::OK, &mut h, None)
+                .unwrap();
+            let mut out = next
+                .push(&data)
+                .unwrap()
+                .map(|b| b.to_vec())
+                .unwrap_or_default();
+            out.extend_from_slice(&next.finish(b"end").unwrap());
+            assert_eq!(decode(Codec::Gzip, &out), [&data[..], b"end"].concat());
+        }
+    }
+}
+
+#[test]
+fn a_pause_of_the_server_sends_what_was_gathered() {
+    let data = html(50_000);
+    let (_p, mut stage) = gzip_stage(2, Some(data.len() as u64));
+    assert_eq!(stage.push(&data[..20_000]).unwrap(), None);
+    // The server pauses: the first 20,000 bytes go out, decodable.
+    let first = stage.flush().unwrap().expect("the gathered bytes go out");
+    let mut partial = Vec::new();
+    let _ = flate2::read::GzDecoder::new(&first[..]).read_to_end(&mut partial);
+    assert_eq!(partial, data[..20_000]);
+    // Then it streams on.
+    let mut out = first.to_vec();
+    if let Some(b) = stage.push(&data[20_000..45_000]).unwrap() {
+        out.extend_from_slice(&b);
+    }
+    out.extend_from_slice(&stage.finish(&data[45_000..]).unwrap());
+    assert_eq!(decode(Codec::Gzip, &out), data);
+}
+
+#[test]
+fn a_body_longer_than_its_length_or_over_the_bound_streams() {
+    // Over the bound: streamed from the first frame on (output before the end).
+    let data = html(3 * WHOLE_MAX as usize);
+    let (_p, mut stage) = gzip_stage(2, Some(data.len() as u64));
+    let mut out = Vec::new();
+    let mut early = false;
+    for piece in data.chunks(16 * 1024) {
+        if let Some(b) = stage.push(piece).unwrap() {
+            early = true;
+            out.extend_from_slice(&b);
+        }
+    }
+    out.extend_from_slice(&stage.finish(&[]).unwrap());
+    assert!(early, "a large body streams");
+    assert_eq!(decode(Codec::Gzip, &out), data);
+    // A server that sends more than its Content-Length said (the framing layer cuts it, but
+    // the stage must not lose or corrupt a byte either way).
+    let data = html(WHOLE_MAX as usize + 5000);
+    let (_p, mut stage) = gzip_stage(2, Some(1000));
+    let mut out = Vec::new();
+    for piece in data.chunks(10_000) {
+        if let Some(b) = stage.push(piece).unwrap() {
+            out.extend_from_slice(&b);
+        }
+    }
+    out.extend_from_slice(&stage.finish(&[]).unwrap());
+    assert_eq!(decode(Codec::Gzip, &out), data);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -503,6 +614,27 @@ proptest! {
             }
             e.encode(rest, Flush::Finish, &mut out).unwrap();
             prop_assert_eq!(decode(codec, &out), data.clone(), "{}", codec);
+        }
+    }
+
+    /// Any bytes compressed whole, at any level, decode to themselves; the encoder streams
+    /// correctly after a reset.
+    #[test]
+    fn any_bytes_compressed_whole_round_trip(
+        data in prop::collection::vec(any::<u8>(), 0..70_000),
+        level in 1u32..=9,
+    ) {
+        for codec in Codec::ALL {
+            let (lo, hi) = codec.levels();
+            let mut e = Encoder::new(codec, level.clamp(lo, hi), Some(data.len() as u64)).unwrap();
+            let mut out = BytesMut::new();
+            e.whole(&data, &mut out).unwrap();
+            prop_assert_eq!(decode(codec, &out), data.clone(), "{}", codec);
+            if e.reset(None) {
+                let mut out = BytesMut::new();
+                e.encode(&data, Flush::Finish, &mut out).unwrap();
+                prop_assert_eq!(decode(codec, &out), data.clone(), "{} reused", codec);
+            }
         }
     }
 }
