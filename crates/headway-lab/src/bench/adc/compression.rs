@@ -6,8 +6,9 @@
 //! report's devices were "told to always compress"): HAProxy with `compression algo gzip` (its
 //! default `tune.comp.maxlevel 1`), NGINX with `gzip on` at its default `gzip_comp_level 1`,
 //! Headway twice in one process — gzip only (at its default level), and with its default codec
-//! order for a browser's `Accept-Encoding` (zstd). The origin is measured directly too, as the
-//! uncompressed reference. Per size and row: requests/s and MB/s of uncompressed content (wrk,
+//! order for a browser's `Accept-Encoding` (zstd) — and once more uncompressed (`identity`), the
+//! ceiling of its compressed rows. The origin is measured directly too, as the uncompressed
+//! reference. Per size and row: requests/s and MB/s of uncompressed content (wrk,
 //! keep-alive, `Accept-Encoding` set), the proxy's CPU-seconds per 100,000 requests, and the
 //! ratio of one probe response (original bytes over encoded body bytes, headers and chunk
 //! framing not counted). Medians over `--repeats`, rows taking turns in a rotating order, like
@@ -54,15 +55,19 @@ pub enum Row {
     HeadwayGzip,
     /// Headway with its default codec order, for a browser's `Accept-Encoding`.
     Headway,
+    /// Headway not compressing (`Accept-Encoding: identity`): its proxying alone, the ceiling
+    /// of any compressed row's rate.
+    HeadwayIdentity,
 }
 
 impl Row {
-    const ALL: [Row; 5] = [
+    const ALL: [Row; 6] = [
         Row::Origin,
         Row::Haproxy,
         Row::Nginx,
         Row::HeadwayGzip,
         Row::Headway,
+        Row::HeadwayIdentity,
     ];
 
     /// Its name in tables.
@@ -73,6 +78,7 @@ impl Row {
             Row::Nginx => "NGINX gzip",
             Row::HeadwayGzip => "Headway gzip",
             Row::Headway => "Headway (zstd, br, gzip)",
+            Row::HeadwayIdentity => "Headway, uncompressed (the ceiling)",
         }
     }
 
@@ -84,6 +90,7 @@ impl Row {
             Row::Nginx => "nginx-gzip",
             Row::HeadwayGzip => "headway-gzip",
             Row::Headway => "headway-default",
+            Row::HeadwayIdentity => "headway-identity",
         }
     }
 
@@ -91,6 +98,7 @@ impl Row {
     pub fn accept(self) -> &'static str {
         match self {
             Row::Headway => BROWSER,
+            Row::HeadwayIdentity => "identity",
             _ => "gzip",
         }
     }
@@ -319,7 +327,11 @@ pub fn run(args: AdcArgs) -> Result<()> {
             _ => (
                 "headway-compression.toml",
                 headway(origin, workers, a, b, port()),
-                vec![(Row::HeadwayGzip, a), (Row::Headway, b)],
+                vec![
+                    (Row::HeadwayGzip, a),
+                    (Row::Headway, b),
+                    (Row::HeadwayIdentity, a),
+                ],
             ),
         };
         let addrs: Vec<SocketAddr> = listens.iter().map(|l| l.1).collect();
@@ -563,7 +575,10 @@ fn render(
         "\nHow to read it: requests/s count 2xx/3xx responses of wrk over keep-alive connections; \
          MB/s is requests/s × the page's uncompressed size, the content a client gets; CPU is \
          user + system time of the proxy's processes (`/proc/PID/stat`) during the runs, per \
-         100,000 responses (both Headway rows are one process, measured in turn). The ratio is \
+         100,000 responses (the Headway rows are one process, measured in turn). \
+         \"Headway, uncompressed\" asks for `identity`: the same proxy without compressing, the \
+         most Headway's compressed rows could reach on this machine (where it is below 2× \
+         NGINX's gzip, no codec could take Headway there). The ratio is \
          the page's size over one response's encoded body (chunk framing and headers not \
          counted); the seed's devices were 2007 hardware compressing the F5 report's own HTML. \
          gzip's 32 KiB window cannot reach back 64 KiB, so the repeated 512 KiB page compresses \
@@ -668,6 +683,7 @@ mod tests {
         assert_eq!(SEED_RATIOS[4], (524_288, 3.40133, 7.74997));
         assert_eq!(Row::Headway.accept(), BROWSER);
         assert_eq!(Row::Nginx.accept(), "gzip");
+        assert_eq!(Row::HeadwayIdentity.accept(), "identity");
     }
 
     #[test]
