@@ -293,7 +293,7 @@ impl Policy {
         headers.remove(header::ACCEPT_RANGES);
         weaken_etag(headers);
         self.counters.responses[codec.index()].inc();
-        let gathers = codec == Codec::Gzip && length.is_some_and(|n| n <= WHOLE_MAX);
+        let gathers = encoder.prefers_whole() && length.is_some_and(|n| n <= WHOLE_MAX);
         Some(Box::new(Stage {
             encoder: Some(encoder),
             gather: gathers.then(BytesMut::new),

@@ -177,6 +177,12 @@ impl Encoder {
         }
     }
 
+    /// Whether [`Encoder::whole`] is faster than streaming for this codec (gzip: libdeflate);
+    /// for the others it streams anyway.
+    pub fn prefers_whole(&self) -> bool {
+        matches!(self.state, State::Gzip(_))
+    }
+
     /// Compresses `input` as one complete stream (as [`Encoder::encode`] with [`Flush::Finish`]
     /// on a fresh or reset encoder would), appending it to `out`. The encoder must be fresh or
     /// reset, and is ready for [`Encoder::reset`] afterwards.
