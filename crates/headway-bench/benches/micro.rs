@@ -61,12 +61,14 @@ fn link_model(c: &mut Criterion) {
 /// The ADC's HTTP compression (`headway_proxy::http::compress::Encoder`) on the lab's HTML
 /// corpus at the F5 report's sizes (the 512 KiB page is the 64 KiB page repeated), per codec
 /// and level: MB/s of uncompressed input (criterion's throughput), and the ratio, printed once
-/// per case. Streamed as the proxy streams it: 16 KiB frames, then the end of the stream. This
-/// is how the default levels were chosen (`headway_config::compress::Codec::default_level`).
+/// per case. Streamed as the proxy streams it: 16 KiB frames, then the end of the stream; and,
+/// where the proxy compresses a known-length body in one call (gzip up to 64 KiB), that way too
+/// (`…-whole`). This is how the default levels were chosen
+/// (`headway_config::compress::Codec::default_level`).
 fn compression(c: &mut Criterion) {
     use headway_config::compress::Codec;
     use headway_origin::corpus::{Document, Kind};
-    use headway_proxy::http::compress::{Encoder, Flush};
+    use headway_proxy::http::compress::{Encoder, Flush, WHOLE_MAX};
 
     let cases: [(Codec, &[u32]); 3] = [
         (Codec::Gzip, &[1, 2, 3, 4, 6]),
@@ -117,6 +119,23 @@ fn compression(c: &mut Criterion) {
                         black_box(run(&mut e))
                     })
                 });
+                if e.prefers_whole() && data.len() as u64 <= WHOLE_MAX {
+                    // What the proxy does with a body of known length up to `WHOLE_MAX`: one
+                    // call at its end (gzip: libdeflate).
+                    let mut out = bytes::BytesMut::new();
+                    e.reset(len);
+                    e.whole(&data, &mut out).expect("encodes");
+                    let ratio = data.len() as f64 / out.len() as f64;
+                    eprintln!("compress/{size}/{codec}-{level}-whole: ratio {ratio:.3}");
+                    g.bench_function(format!("{size}/{codec}-{level}-whole"), |b| {
+                        b.iter(|| {
+                            e.reset(len);
+                            out.clear();
+                            e.whole(&data, &mut out).expect("encodes");
+                            black_box(out.len())
+                        })
+                    });
+                }
             }
         }
     }

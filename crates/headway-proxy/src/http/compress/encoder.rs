@@ -12,8 +12,9 @@
 //! decoded from the output so far.
 //!
 //! A body known whole in advance can instead go through [`Encoder::whole`] in one call: gzip
-//! then uses libdeflate, which compresses a buffer 1.5–2.8× as fast as zlib-rs streams it at
-//! the same ratio (the lab's HTML corpus, 2–64 KiB) and has no window tables to clear per body.
+//! then uses libdeflate, which compresses a buffer 1.5–1.7× as fast as zlib-rs streams it at
+//! the same ratio or better and has no window tables to clear per body (the lab's HTML corpus,
+//! 2–64 KiB, default level: `cargo bench -p headway-bench --bench micro -- compress/.*/gzip-2`).
 
 use brotli::enc::encode::{
     BrotliEncoderOperation, BrotliEncoderParameter, BrotliEncoderStateStruct,
