@@ -21,6 +21,7 @@
 //! | `adc_server_response_seconds` (histogram, time to response header) | `group`, `server` |
 //! | `adc_config_generation`, `adc_reloads_failed_total` | none |
 //! | `adc_compression_responses_total` | `virtual_server`, `codec` = `zstd` / `br` / `gzip` |
+//! | `adc_compression_whole_total` (of those, compressed in one call at the body's end) | `virtual_server`, `codec` |
 //! | `adc_compression_bytes_total` (into and out of the compressor) | `virtual_server`, `codec`, `direction` = `in` / `out` |
 //! | `adc_compression_ratio` (bytes in / bytes out, all codecs) | `virtual_server` |
 //! | `adc_compression_bypassed_total`, `adc_compression_not_accepted_total` | `virtual_server` |
@@ -458,8 +459,14 @@ fn compression_metrics(
     enc: &mut DescriptorEncoder<'_>,
     s: &AdcSnapshot,
 ) -> Result<(), std::fmt::Error> {
-    let (mut responses, mut bytes, mut ratio, mut bypassed, mut refused) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut responses, mut whole, mut bytes, mut ratio, mut bypassed, mut refused) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
     let (mut engaged, mut cpu) = (Vec::new(), Vec::new());
     for v in &s.virtual_servers {
         let Some(c) = &v.compression else {
@@ -474,6 +481,7 @@ fn compression_metrics(
                 l
             };
             responses.push((l(None), k.responses));
+            whole.push((l(None), k.whole));
             bytes.push((l(Some(("direction", "in"))), k.bytes_in));
             bytes.push((l(Some(("direction", "out"))), k.bytes_out));
         }
@@ -490,6 +498,12 @@ fn compression_metrics(
         "adc_compression_responses",
         "Responses compressed, by codec",
         &responses,
+    )?;
+    counters(
+        enc,
+        "adc_compression_whole",
+        "Of the responses compressed, those compressed in one call at the body's end (gzip bodies of known length up to 64 KiB), by codec",
+        &whole,
     )?;
     counters(
         enc,
@@ -828,10 +842,11 @@ fn write_compression(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()
             .iter()
             .map(|k| {
                 format!(
-                    "{} (level {}) {} responses, {} → {} bytes, {}",
+                    "{} (level {}) {} responses ({} whole), {} → {} bytes, {}",
                     k.codec,
                     k.level,
                     k.responses,
+                    k.whole,
                     k.bytes_in,
                     k.bytes_out,
                     ratio(k.bytes_in, k.bytes_out)
@@ -956,6 +971,7 @@ mod tests {
                 responses: 4,
                 bytes_in: 3000,
                 bytes_out: 1000,
+                whole: 3,
             }],
             not_accepted: 1,
             bypassed: 7,
@@ -1022,6 +1038,7 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
         for line in [
             "headway_adc_compression_responses_total{virtual_server=\"web\",codec=\"gzip\"} 4",
+            "headway_adc_compression_whole_total{virtual_server=\"web\",codec=\"gzip\"} 3",
             "headway_adc_compression_bytes_total{virtual_server=\"web\",codec=\"gzip\",direction=\"out\"} 1000",
             "headway_adc_compression_ratio{virtual_server=\"web\"} 3.0",
             "headway_adc_compression_bypassed_total{virtual_server=\"web\"} 7",
@@ -1034,7 +1051,9 @@ mod tests {
         write_adc(&mut out, &snapshot()).unwrap();
         let table = String::from_utf8(out).unwrap();
         assert!(
-            table.contains("compression web: gzip (level 2) 4 responses, 3000 → 1000 bytes, 3.00×"),
+            table.contains(
+                "compression web: gzip (level 2) 4 responses (3 whole), 3000 → 1000 bytes, 3.00×"
+            ),
             "{table}"
         );
         assert!(table.contains("7 bypassed"), "{table}");

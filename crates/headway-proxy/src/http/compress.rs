@@ -64,6 +64,8 @@ pub struct Counters {
     bytes_in: [Counter; 3],
     /// Compressed bytes out of it, by codec.
     bytes_out: [Counter; 3],
+    /// Responses compressed in one call at the body's end ([`Encoder::whole`]), by codec.
+    whole: [Counter; 3],
     /// Responses left uncompressed because the CPU bypass was engaged.
     bypassed: Counter,
     /// Compressible responses to clients that accept none of the codecs.
@@ -335,6 +337,7 @@ impl Policy {
                         responses: c.responses[i].get(),
                         bytes_in: c.bytes_in[i].get(),
                         bytes_out: c.bytes_out[i].get(),
+                        whole: c.whole[i].get(),
                     }
                 })
                 .collect(),
@@ -449,10 +452,14 @@ impl Stage {
         self.bytes_in += last.len() as u64;
         let encoder = self.encoder.as_mut().expect("taken only on drop");
         match self.gather.take() {
-            Some(g) if g.is_empty() => encoder.whole(last, &mut self.out)?,
             Some(mut g) => {
-                g.extend_from_slice(last);
-                encoder.whole(&g, &mut self.out)?;
+                if g.is_empty() {
+                    encoder.whole(last, &mut self.out)?;
+                } else {
+                    g.extend_from_slice(last);
+                    encoder.whole(&g, &mut self.out)?;
+                }
+                self.counters.whole[self.codec.index()].inc();
             }
             None => encoder.encode(last, Flush::Finish, &mut self.out)?,
         }
@@ -548,6 +555,10 @@ pub struct CodecSnapshot {
     pub bytes_in: u64,
     /// Compressed bytes out of it.
     pub bytes_out: u64,
+    /// Of its responses, those compressed in one call at the body's end (gzip bodies of known
+    /// length up to [`WHOLE_MAX`]) rather than streamed.
+    #[serde(default)]
+    pub whole: u64,
 }
 
 /// The CPU bypass's settings and state.

@@ -537,6 +537,9 @@ fn a_small_gzip_body_is_compressed_whole_at_its_end() {
                 .unwrap_or_default();
             out.extend_from_slice(&next.finish(b"end").unwrap());
             assert_eq!(decode(Codec::Gzip, &out), [&data[..], b"end"].concat());
+            drop(next);
+            let c = &p.snapshot().codecs[0];
+            assert_eq!((c.responses, c.whole), (2, 1), "one whole, one streamed");
         }
     }
 }
@@ -544,7 +547,7 @@ fn a_small_gzip_body_is_compressed_whole_at_its_end() {
 #[test]
 fn a_pause_of_the_server_sends_what_was_gathered() {
     let data = html(50_000);
-    let (_p, mut stage) = gzip_stage(2, Some(data.len() as u64));
+    let (p, mut stage) = gzip_stage(2, Some(data.len() as u64));
     assert_eq!(stage.push(&data[..20_000]).unwrap(), None);
     // The server pauses: the first 20,000 bytes go out, decodable.
     let first = stage.flush().unwrap().expect("the gathered bytes go out");
@@ -558,6 +561,12 @@ fn a_pause_of_the_server_sends_what_was_gathered() {
     }
     out.extend_from_slice(&stage.finish(&data[45_000..]).unwrap());
     assert_eq!(decode(Codec::Gzip, &out), data);
+    drop(stage);
+    assert_eq!(
+        p.snapshot().codecs[0].whole,
+        0,
+        "a spilled body is streamed"
+    );
 }
 
 #[test]
