@@ -69,9 +69,13 @@ fn connection_options<'a>(
         .map(str::trim)
 }
 
-/// Whether an HTTP/1 request is its connection's last: it asks to close, or it is HTTP/1.0 and
-/// does not ask to keep the connection alive (RFC 9112 §9.3) — what hyper decides too.
+/// Whether a request is its connection's last: an HTTP/1 request that asks to close, or an
+/// HTTP/1.0 one that does not ask to keep the connection alive (RFC 9112 §9.3) — what hyper
+/// decides too. An HTTP/2 request never is (its stream ends, not the connection).
 pub fn request_closes(version: http::Version, headers: &HeaderMap) -> bool {
+    if version >= http::Version::HTTP_2 {
+        return false;
+    }
     let mut keep_alive = false;
     for t in connection_options(headers.get_all(header::CONNECTION).iter()) {
         if t.eq_ignore_ascii_case("close") {

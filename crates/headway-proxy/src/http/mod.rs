@@ -683,7 +683,7 @@ async fn handle(conn: Arc<Conn>, req: Request<Incoming>) -> Response<RespBody> {
     conn.activity.inflight.fetch_add(1, Relaxed);
     let started = SystemClock::now();
     let (parts, body) = req.into_parts();
-    if parts.version != Version::HTTP_2 && headers::request_closes(parts.version, &parts.headers) {
+    if headers::request_closes(parts.version, &parts.headers) {
         conn.activity.last_exchange.store(true, Relaxed);
     }
     let mut log = vs.log.as_ref().map(|l| {
