@@ -13,6 +13,11 @@
 //! registers it, and from then on it is tokio's [`TcpStream`]. (HAProxy calls this
 //! speculative I/O; it is why it makes two system calls fewer per short connection.)
 //!
+//! TLS connections run on it too: with `TCP_DEFER_ACCEPT` the ClientHello is there when the
+//! connection is accepted, so it is read and the server's flight written directly; the socket
+//! is registered when the client owes its answer (`crate::tls::hold_io`), which saves the
+//! reactor round trip a socket registered at accept makes before its first read.
+//!
 //! Connections come from `headway_io::stream::Listener`, which accepts them without
 //! registering them (`accept4(SOCK_NONBLOCK | SOCK_CLOEXEC)`).
 
@@ -21,7 +26,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
 /// An accepted client connection, registered with the reactor only when it has to wait (see
@@ -63,6 +68,13 @@ impl ClientSocket {
         }
     }
 
+    /// Registers the socket with the reactor now, for a caller that knows its next read must
+    /// wait (the peer owes a round trip): trying the read first would cost a system call that
+    /// finds nothing. A fresh registration reads only once the reactor reports data.
+    pub fn register_now(&mut self) -> io::Result<()> {
+        self.register().map(drop)
+    }
+
     /// Registers the socket with the reactor (once) and returns tokio's stream.
     fn register(&mut self) -> io::Result<&mut TcpStream> {
         if let State::Direct(_) = self.state {
@@ -98,6 +110,42 @@ impl ClientSocket {
     /// The registered stream, registering it now if needed.
     fn registered(&mut self) -> io::Result<Pin<&mut TcpStream>> {
         self.register().map(Pin::new)
+    }
+
+    /// Sends `bufs` with `MSG_MORE` (`headway_io::stream::send_more`: the kernel may hold a
+    /// short segment back for what follows, such as the FIN of a shutdown), waiting for room
+    /// in the send buffer as a write does.
+    pub fn poll_send_more(
+        &mut self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        if let Some(r) = self.direct(|s| headway_io::stream::send_more(s, bufs)) {
+            return Poll::Ready(r);
+        }
+        let s: &TcpStream = match self.register() {
+            Ok(s) => s,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        loop {
+            std::task::ready!(s.poll_write_ready(cx))?;
+            match s.try_io(Interest::WRITABLE, || {
+                headway_io::stream::send_more(s, bufs)
+            }) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+
+    /// Writes as much of `buf` as the send buffer takes now, without waiting (an error, such
+    /// as `WouldBlock`, when it takes nothing).
+    pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        match &self.state {
+            State::Direct(s) => (&mut &*s).write(buf),
+            State::Registered(s) => s.try_write(buf),
+            State::Failed => Err(closed()),
+        }
     }
 }
 
@@ -205,7 +253,7 @@ impl AsyncWrite for ClientSocket {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -220,18 +268,23 @@ mod tests {
         (ClientSocket::new(s), c)
     }
 
+    /// Waits (up to a second) until `n` bytes can be read from `s` without reading them.
+    pub(crate) async fn wait_for_bytes(s: &ClientSocket, n: usize) {
+        let mut probe = vec![std::mem::MaybeUninit::<u8>::uninit(); n];
+        for _ in 0..500 {
+            if matches!(socket2::SockRef::from(s).peek(&mut probe), Ok(k) if k >= n) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    }
+
     #[tokio::test]
     async fn a_short_exchange_never_registers_the_socket() {
         let (mut s, mut c) = pair().await;
         c.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
         // Wait until the request is there, as it is when a client sends it with its connect.
-        let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
-        for _ in 0..500 {
-            if socket2::SockRef::from(&s).peek(&mut probe).is_ok() {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-        }
+        wait_for_bytes(&s, 18).await;
         let mut buf = vec![0u8; 64];
         let n = s.read(&mut buf).await.unwrap();
         assert_eq!(&buf[..n], b"GET / HTTP/1.1\r\n\r\n");
@@ -243,6 +296,39 @@ mod tests {
         let mut answer = String::new();
         c.read_to_string(&mut answer).await.unwrap();
         assert_eq!(answer, "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+    }
+
+    #[tokio::test]
+    async fn register_now_then_a_read_waits_for_the_reactor() {
+        let (mut s, mut c) = pair().await;
+        s.register_now().unwrap();
+        assert!(s.is_registered());
+        s.register_now().unwrap();
+        let reader = tokio::spawn(async move {
+            let mut buf = vec![0u8; 5];
+            s.read_exact(&mut buf).await.unwrap();
+            buf
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        c.write_all(b"later").await.unwrap();
+        assert_eq!(reader.await.unwrap(), b"later");
+    }
+
+    #[tokio::test]
+    async fn send_more_and_try_write_deliver_before_and_after_registration() {
+        let (mut s, mut c) = pair().await;
+        let sent = std::future::poll_fn(|cx| s.poll_send_more(cx, &[IoSlice::new(b"one,")]));
+        assert_eq!(sent.await.unwrap(), 4);
+        assert_eq!(s.try_write(b"two,").unwrap(), 4);
+        assert!(!s.is_registered(), "neither had to wait");
+        s.register_now().unwrap();
+        let sent = std::future::poll_fn(|cx| s.poll_send_more(cx, &[IoSlice::new(b"three,")]));
+        assert_eq!(sent.await.unwrap(), 6);
+        assert_eq!(s.try_write(b"four").unwrap(), 4);
+        s.shutdown().await.unwrap();
+        let mut all = String::new();
+        c.read_to_string(&mut all).await.unwrap();
+        assert_eq!(all, "one,two,three,four");
     }
 
     #[tokio::test]

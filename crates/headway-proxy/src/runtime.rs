@@ -790,12 +790,7 @@ async fn accept_loop(
             // reads its first bytes within it, an https one its handshake. The TLS handshake
             // runs in the connection's task, never in the accept loop.
             VirtualServerKind::Https => match tls {
-                Some(t) => Box::pin(async move {
-                    match stream.into_tokio() {
-                        Ok(s) => t.serve(slot, s, peer, drain).await,
-                        Err(e) => tracing::warn!(error = %e, "cannot register a client connection"),
-                    }
-                }),
+                Some(t) => Box::pin(async move { t.serve(slot, stream, peer, drain).await }),
                 None => {
                     tracing::error!("an https listener without its TLS termination");
                     Box::pin(std::future::ready(()))

@@ -23,9 +23,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::client_socket::ClientSocket;
 use crate::http::ConnActivity;
 
 /// Where the connection is.
@@ -53,7 +53,7 @@ const MAX_LAST: usize = 64 * 1024;
 /// response, and a closing connection's last answer with its close (see the module doc).
 #[derive(Debug)]
 pub struct HoldIo {
-    tcp: TcpStream,
+    tcp: ClientSocket,
     phase: Phase,
     held: Vec<u8>,
     /// The connection's HTTP activity: whether its last answer is complete.
@@ -63,7 +63,7 @@ pub struct HoldIo {
 impl HoldIo {
     /// Wraps an accepted client socket before the handshake starts; `activity` is the one the
     /// HTTP layer will serve the connection with.
-    pub fn new(tcp: TcpStream, activity: Arc<ConnActivity>) -> Self {
+    pub fn new(tcp: ClientSocket, activity: Arc<ConnActivity>) -> Self {
         Self {
             tcp,
             phase: Phase::Handshake { wrote: false },
@@ -142,6 +142,13 @@ impl AsyncRead for HoldIo {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if this.phase == (Phase::Handshake { wrote: true }) {
+            // The client answers the server's flight a round trip from now: wait for the
+            // reactor rather than try a read that finds nothing.
+            if let Err(e) = this.tcp.register_now() {
+                return Poll::Ready(Err(e));
+            }
+        }
         let before = buf.filled().len();
         let r = Pin::new(&mut this.tcp).poll_read(cx, buf);
         match r {
@@ -228,15 +235,9 @@ impl AsyncWrite for HoldIo {
         // Held bytes go corked (MSG_MORE), so the FIN the shutdown sends rides on their last
         // segment: one segment, and one wake-up of the client, where there were three.
         while !this.held.is_empty() {
-            ready!(this.tcp.poll_write_ready(cx))?;
-            let sent = this.tcp.try_io(Interest::WRITABLE, || {
-                headway_io::stream::send_more(&this.tcp, &[IoSlice::new(&this.held)])
-            });
-            match sent {
-                Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Ok(n) => drop(this.held.drain(..n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
+            match ready!(this.tcp.poll_send_more(cx, &[IoSlice::new(&this.held)]))? {
+                0 => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                n => drop(this.held.drain(..n)),
             }
         }
         Pin::new(&mut this.tcp).poll_shutdown(cx)
@@ -258,12 +259,13 @@ mod tests {
     use super::*;
     use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::TcpListener;
+    use tokio::net::{TcpListener, TcpStream};
 
     async fn pair() -> (HoldIo, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let (s, _) = l.accept().await.unwrap();
+        let s = ClientSocket::new(s.into_std().unwrap());
         (HoldIo::new(s, Arc::default()), c)
     }
 
@@ -286,6 +288,28 @@ mod tests {
         c.write_all(b"fin+GET").await.unwrap();
         expect(&mut s, b"fin+GET").await;
         (s, c)
+    }
+
+    /// The ClientHello that came with the connection is read without the reactor; after the
+    /// server's flight the socket is registered and the read waits for the client's answer.
+    #[tokio::test]
+    async fn after_the_servers_flight_the_read_waits_on_the_reactor() {
+        let (mut s, mut c) = pair().await;
+        c.write_all(b"hello").await.unwrap();
+        crate::client_socket::tests::wait_for_bytes(&s.tcp, 5).await;
+        expect(&mut s, b"hello").await;
+        s.write_all(b"flight").await.unwrap();
+        assert!(!s.tcp.is_registered(), "nothing had to wait yet");
+        let reader = tokio::spawn(async move {
+            expect(&mut s, b"fin").await;
+            s
+        });
+        expect(&mut c, b"flight").await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        c.write_all(b"fin").await.unwrap();
+        let s = reader.await.unwrap();
+        assert!(s.tcp.is_registered());
+        assert_eq!(s.phase, Phase::Hold);
     }
 
     #[tokio::test]

@@ -49,6 +49,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::client_socket::ClientSocket;
 use bytes::BytesMut;
 use headway_config::adc::{AdcConfig, ServerGroup, VirtualServer};
 use headway_config::tls::{CaBundle, Certificate, ClientAuth, GroupTls, TlsVersion, VsTls};
@@ -342,7 +343,7 @@ impl Terminator {
     pub async fn serve(
         &self,
         slot: Arc<Slot>,
-        stream: TcpStream,
+        stream: ClientSocket,
         peer: SocketAddr,
         drain: watch::Receiver<bool>,
     ) {
