@@ -268,6 +268,12 @@ pub(crate) mod tests {
         (ClientSocket::new(s), c)
     }
 
+    /// Polls `f` once: whether it is done without waiting.
+    pub(crate) async fn poll_once<F: std::future::Future>(f: Pin<&mut F>) -> Poll<F::Output> {
+        let mut f = Some(f);
+        std::future::poll_fn(|cx| Poll::Ready(f.take().expect("polled once").poll(cx))).await
+    }
+
     /// Waits (up to a second) until `n` bytes can be read from `s` without reading them.
     pub(crate) async fn wait_for_bytes(s: &ClientSocket, n: usize) {
         let mut probe = vec![std::mem::MaybeUninit::<u8>::uninit(); n];
@@ -304,14 +310,15 @@ pub(crate) mod tests {
         s.register_now().unwrap();
         assert!(s.is_registered());
         s.register_now().unwrap();
-        let reader = tokio::spawn(async move {
-            let mut buf = vec![0u8; 5];
-            s.read_exact(&mut buf).await.unwrap();
-            buf
-        });
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let mut buf = [0u8; 5];
+        let mut read = std::pin::pin!(s.read_exact(&mut buf));
+        assert!(
+            poll_once(read.as_mut()).await.is_pending(),
+            "nothing sent yet"
+        );
         c.write_all(b"later").await.unwrap();
-        assert_eq!(reader.await.unwrap(), b"later");
+        read.await.unwrap();
+        assert_eq!(&buf, b"later");
     }
 
     #[tokio::test]

@@ -300,14 +300,14 @@ mod tests {
         expect(&mut s, b"hello").await;
         s.write_all(b"flight").await.unwrap();
         assert!(!s.tcp.is_registered(), "nothing had to wait yet");
-        let reader = tokio::spawn(async move {
-            expect(&mut s, b"fin").await;
-            s
-        });
         expect(&mut c, b"flight").await;
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut got = [0u8; 3];
+        let mut read = std::pin::pin!(s.read_exact(&mut got));
+        let first = crate::client_socket::tests::poll_once(read.as_mut()).await;
+        assert!(first.is_pending(), "the client has not answered yet");
         c.write_all(b"fin").await.unwrap();
-        let s = reader.await.unwrap();
+        read.await.unwrap();
+        assert_eq!(&got, b"fin");
         assert!(s.tcp.is_registered());
         assert_eq!(s.phase, Phase::Hold);
     }
