@@ -41,6 +41,12 @@
 //!   share against one competing flow by default), so other traffic is not crushed.
 //!   Queueing delay is not judged for the first two base RTTs after the first acknowledgement:
 //!   the first window goes out at 5/4 of the rate (quinn's pacer) and builds a one-off queue.
+//!   Nor is it judged before [`BUSY_PACKETS`] packets (at most half a window) were
+//!   acknowledged in the current round trip: a connection that carries only keep-alives
+//!   cannot be filling a queue, and its smoothed RTT, fed a sample now and then, still
+//!   carries the handshake's (the processes' start-up: 160–170 ms on a 90 ms path). Judged
+//!   anyway, such an idle connection of an appliance pair fell to half its share before its
+//!   first flow.
 //! - **Recovery**: once the queueing delay is below half that threshold, the share grows by
 //!   [`Config::recovery_step`] per RTT back to 1.0.
 //! - **Persistent congestion** (RFC 9002 §7.6: every packet over a period longer than the PTO
@@ -80,6 +86,10 @@ const QUEUE_PACKETS: u64 = 6;
 /// first window goes out paced at 5/4 of the rate, which builds a one-off queue of about
 /// `(5/4 − 1) × window`.
 const STARTUP_GRACE_RTTS: u32 = 2;
+
+/// Packets that must have been acknowledged in the current round trip (at most half the
+/// window) before its queueing delay is judged (module doc).
+pub const BUSY_PACKETS: u64 = 32;
 
 /// Tuning of the controller. [`Config::new`] gives the documented defaults for a link rate.
 #[derive(Debug, Clone, PartialEq)]
@@ -220,6 +230,10 @@ pub struct Core {
     epoch_start: Instant,
     epoch_acked: u64,
     epoch_lost: u64,
+    /// When the current round trip (for [`BUSY_PACKETS`]) began.
+    round_start: Instant,
+    /// Bytes acknowledged since `round_start`.
+    round_acked: u64,
     stats: Stats,
 }
 
@@ -243,6 +257,8 @@ impl Core {
             epoch_start: now,
             epoch_acked: 0,
             epoch_lost: 0,
+            round_start: now,
+            round_acked: 0,
             stats: Stats::default(),
         }
     }
@@ -260,7 +276,13 @@ impl Core {
         let threshold = self.queue_threshold(base);
         let first_ack = *self.first_ack.get_or_insert(now);
         let started = now.saturating_duration_since(first_ack) >= base * STARTUP_GRACE_RTTS;
-        if queue > threshold && started {
+        if now.saturating_duration_since(self.round_start) >= self.rtt() {
+            self.round_start = now;
+            self.round_acked = 0;
+        }
+        self.round_acked = self.round_acked.saturating_add(bytes);
+        let busy = self.round_acked >= (BUSY_PACKETS * self.mtu).min(self.window() / 2);
+        if queue > threshold && started && busy {
             self.decrease_once_per_rtt(now, Cause::Delay);
         } else if queue < threshold / 2 && self.share < 1.0 && self.rtt_elapsed(now) {
             self.share = (self.share + self.config.recovery_step).min(1.0);

@@ -125,6 +125,27 @@ fn rising_rtt_reduces_the_window_to_the_fair_share() {
 }
 
 #[test]
+fn an_idle_connection_is_not_judged_for_its_smoothed_rtt() {
+    let start = start_instant();
+    let mut c = core(start);
+    // Keep-alives only: one acknowledgement every 500 ms for a minute, each reporting the
+    // 500 ms smoothed RTT the handshake left (200 ms over the 300 ms base, far above the
+    // 90 ms threshold).
+    let mut now = start;
+    for _ in 0..120 {
+        now += Duration::from_millis(500);
+        c.handle_ack(now, 100, sample(500));
+    }
+    assert_eq!(c.share(), 1.0);
+    assert_eq!(c.stats().delay_decreases, 0);
+    // The same smoothed RTT with a flow at the full rate is a queue.
+    let mut rng = Rng::from_seed(7);
+    drive(&mut c, &mut rng, now, 2, 0.0, 500);
+    assert!(c.share() < 1.0);
+    assert!(c.stats().delay_decreases >= 1);
+}
+
+#[test]
 fn small_queue_below_threshold_is_tolerated() {
     let start = start_instant();
     let mut c = core(start);
