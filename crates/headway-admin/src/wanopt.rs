@@ -17,6 +17,7 @@
 //! | `wanopt_store_bytes`, `wanopt_store_capacity_bytes`, `wanopt_store_chunks`, `wanopt_store_hit_ratio` | `store` = `memory` / `disk` |
 //! | `wanopt_tunnel_connections_total`, `wanopt_tunnel_refused_total`, `wanopt_tunnel_peers_ready`, `wanopt_tunnel_packets_sent_total`, `wanopt_tunnel_packets_lost_total` | none |
 //! | `wanopt_tunnel_fec_windows_total`, `wanopt_tunnel_fec_skipped_total`, `wanopt_tunnel_fec_repair_sent_total`, `wanopt_tunnel_fec_repair_received_total`, `wanopt_tunnel_fec_recovered_total`, `wanopt_tunnel_fec_unrecoverable_total`, `wanopt_tunnel_fec_probes_sent_total`, `wanopt_tunnel_fec_probes_received_total` | none |
+//! | `wanopt_tunnel_cc_delay_decreases_total`, `wanopt_tunnel_cc_loss_decreases_total`, `wanopt_tunnel_cc_persistent_congestion_total`, `wanopt_tunnel_cc_recoveries_total` | none |
 //! | `wanopt_path_loss_ratio` (0 to 1; absent until measured) | `peer`, `direction` = `out` (what this side sends, as the peer measured it) / `in` |
 
 use std::collections::BTreeMap;
@@ -173,6 +174,19 @@ pub struct WanoptTunnel {
     /// Forward error correction: probes received.
     #[serde(default)]
     pub fec_probes_received: u64,
+    /// Congestion control: share decreases for queueing delay (or ECN marks) on the path,
+    /// over all tunnel connections.
+    #[serde(default)]
+    pub cc_delay_decreases: u64,
+    /// Congestion control: share decreases for clustered loss (random loss is not one).
+    #[serde(default)]
+    pub cc_loss_decreases: u64,
+    /// Congestion control: persistent-congestion events (the share dropped to its minimum).
+    #[serde(default)]
+    pub cc_persistent_congestion: u64,
+    /// Congestion control: steps back towards the whole link rate once a queue drained.
+    #[serde(default)]
+    pub cc_recoveries: u64,
 }
 
 /// Exports a [`WanoptControl`]'s counters as Prometheus metrics on every scrape (see the
@@ -337,6 +351,26 @@ impl Collector for WanoptCollector {
                 "FEC probes received",
                 s.tunnel.fec_probes_received,
             ),
+            (
+                "wanopt_tunnel_cc_delay_decreases",
+                "Congestion-control share decreases for queueing delay or ECN marks",
+                s.tunnel.cc_delay_decreases,
+            ),
+            (
+                "wanopt_tunnel_cc_loss_decreases",
+                "Congestion-control share decreases for clustered loss",
+                s.tunnel.cc_loss_decreases,
+            ),
+            (
+                "wanopt_tunnel_cc_persistent_congestion",
+                "Congestion-control persistent-congestion events",
+                s.tunnel.cc_persistent_congestion,
+            ),
+            (
+                "wanopt_tunnel_cc_recoveries",
+                "Congestion-control steps back towards the link rate",
+                s.tunnel.cc_recoveries,
+            ),
         ] {
             counters(&mut encoder, name, help, &[(vec![], v)])?;
         }
@@ -465,7 +499,9 @@ pub fn write_stats(out: &mut dyn Write, s: &WanoptStats) -> std::io::Result<()> 
          {} packet(s) sent, {} declared lost\n\
          fec: {} window(s) repaired, {} block(s) far from a transfer's end let go, \
          {} repair datagram(s) sent, {} received, {} datagram(s) restored, {} window(s) \
-         beyond repair, {} probe(s) sent, {} received",
+         beyond repair, {} probe(s) sent, {} received\n\
+         congestion control: {} decrease(s) for queueing delay, {} for clustered loss, \
+         {} persistent congestion, {} recovery step(s)",
         s.tunnel.connections,
         s.tunnel.peers_ready,
         s.tunnel.refused,
@@ -480,7 +516,11 @@ pub fn write_stats(out: &mut dyn Write, s: &WanoptStats) -> std::io::Result<()> 
         s.tunnel.fec_recovered,
         s.tunnel.fec_unrecoverable,
         s.tunnel.fec_probes_sent,
-        s.tunnel.fec_probes_received
+        s.tunnel.fec_probes_received,
+        s.tunnel.cc_delay_decreases,
+        s.tunnel.cc_loss_decreases,
+        s.tunnel.cc_persistent_congestion,
+        s.tunnel.cc_recoveries
     )?;
     let pct = |v: Option<f64>| {
         v.map_or("not measured yet".to_string(), |v| {
@@ -608,6 +648,7 @@ mod tests {
                 connections: 1,
                 peers_ready: 1,
                 fec_probes_sent: 320,
+                cc_delay_decreases: 3,
                 ..WanoptTunnel::default()
             },
             paths: vec![WanoptPath {
@@ -634,6 +675,7 @@ mod tests {
             "headway_wanopt_tunnel_connections_total 1",
             "headway_wanopt_tunnel_peers_ready 1",
             "headway_wanopt_tunnel_fec_probes_sent_total 320",
+            "headway_wanopt_tunnel_cc_delay_decreases_total 3",
             "headway_wanopt_path_loss_ratio{peer=\"dc\",direction=\"out\"} 0.0312",
             "# TYPE headway_wanopt_flows counter",
         ] {
@@ -674,6 +716,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("320 probe(s) sent"), "{text}");
+        assert!(
+            text.contains("congestion control: 3 decrease(s) for queueing delay, 0 for"),
+            "{text}"
+        );
         assert!(
             text.contains("path to dc: loss out 3.12%, in not measured yet"),
             "{text}"

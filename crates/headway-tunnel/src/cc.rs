@@ -217,6 +217,32 @@ pub struct Stats {
     pub recoveries: u64,
 }
 
+impl Stats {
+    /// Adds `other`'s counts to these (an endpoint sums its connections').
+    pub fn add(&mut self, other: &Stats) {
+        self.lost_bytes = self.lost_bytes.saturating_add(other.lost_bytes);
+        self.ignored_loss_epochs = self
+            .ignored_loss_epochs
+            .saturating_add(other.ignored_loss_epochs);
+        self.loss_decreases = self.loss_decreases.saturating_add(other.loss_decreases);
+        self.delay_decreases = self.delay_decreases.saturating_add(other.delay_decreases);
+        self.persistent_congestion = self
+            .persistent_congestion
+            .saturating_add(other.persistent_congestion);
+        self.recoveries = self.recoveries.saturating_add(other.recoveries);
+    }
+
+    /// The decisions of the controller `conn` runs, if it is this module's (a connection
+    /// configured elsewhere reports nothing).
+    pub fn of(conn: &quinn::Connection) -> Stats {
+        conn.congestion_state()
+            .into_any()
+            .downcast::<LinkRateController>()
+            .map(|c| c.core().stats())
+            .unwrap_or_default()
+    }
+}
+
 /// The sans-IO decision core (see the module doc for the algorithm).
 #[derive(Debug, Clone)]
 pub struct Core {

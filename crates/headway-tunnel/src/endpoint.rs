@@ -381,6 +381,9 @@ pub struct EndpointStats {
     pub packets_lost: u64,
     /// The forward error correction's counters (all zero when it is off).
     pub fec: headway_fec::Stats,
+    /// The congestion controllers' decisions, summed over all connections, ended ones
+    /// included.
+    pub congestion: crate::cc::Stats,
 }
 
 #[derive(Default)]
@@ -392,6 +395,8 @@ struct Counters {
     /// Packet counts of connections that ended.
     ended_packets_sent: AtomicU64,
     ended_packets_lost: AtomicU64,
+    /// Congestion-controller decisions of connections that ended.
+    ended_congestion: std::sync::Mutex<crate::cc::Stats>,
 }
 
 struct Shared {
@@ -657,7 +662,12 @@ impl Endpoint {
     /// The endpoint's counters.
     pub fn stats(&self) -> EndpointStats {
         let c = &self.shared.counters;
-        let live = self.shared.live_paths();
+        let (live, mut congestion) = self.shared.live_paths();
+        congestion.add(
+            &c.ended_congestion
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         EndpointStats {
             connections: c.connections.load(Ordering::Relaxed),
             peers_ready: self
@@ -681,6 +691,7 @@ impl Endpoint {
                 .as_ref()
                 .map(|f| f.stats())
                 .unwrap_or_default(),
+            congestion,
         }
     }
 
@@ -1013,6 +1024,10 @@ impl Drop for EndedConnection<'_> {
             .fetch_add(path.sent_packets, Ordering::Relaxed);
         c.ended_packets_lost
             .fetch_add(path.lost_packets, Ordering::Relaxed);
+        c.ended_congestion
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .add(&crate::cc::Stats::of(self.conn));
     }
 }
 
@@ -1023,15 +1038,17 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The packet counts of the live connections, summed.
-    fn live_paths(&self) -> quinn::PathStats {
+    /// The packet counts and congestion-controller decisions of the live connections, summed.
+    fn live_paths(&self) -> (quinn::PathStats, crate::cc::Stats) {
         let mut sum = quinn::PathStats::default();
+        let mut congestion = crate::cc::Stats::default();
         for conn in self.lock_live().values() {
             let p = conn.stats().path;
             sum.sent_packets += p.sent_packets;
             sum.lost_packets += p.lost_packets;
+            congestion.add(&crate::cc::Stats::of(conn));
         }
-        sum
+        (sum, congestion)
     }
 }
 

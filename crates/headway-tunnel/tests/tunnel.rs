@@ -679,6 +679,15 @@ async fn fec_restores_datagrams_a_lossy_path_dropped() {
         assert!(fb.repair_received >= 1, "{fb:?}");
         assert!(fb.recovered >= 1, "nothing restored: {fb:?}");
         assert_eq!(fb.invalid, 0);
+        // Every loss QUIC declared reached the congestion controller, whose decisions the
+        // endpoint sums over its connections.
+        let sa = a.stats();
+        println!("sender congestion {:?}", sa.congestion);
+        assert!(
+            sa.packets_lost > 0,
+            "the relay dropped nothing QUIC noticed: {sa:?}"
+        );
+        assert!(sa.congestion.lost_bytes > 0, "{sa:?}");
         relay.abort();
     })
     .await;

@@ -316,6 +316,10 @@ impl WanoptControl for ApplianceView {
             fec_unrecoverable: t.fec.unrecoverable,
             fec_probes_sent: t.fec.probes_sent,
             fec_probes_received: t.fec.probes_received,
+            cc_delay_decreases: t.congestion.delay_decreases,
+            cc_loss_decreases: t.congestion.loss_decreases,
+            cc_persistent_congestion: t.congestion.persistent_congestion,
+            cc_recoveries: t.congestion.recoveries,
         };
         stats.paths = a
             .tunnel_paths()

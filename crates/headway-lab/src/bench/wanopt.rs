@@ -292,6 +292,9 @@ struct Cell {
     first_repair_sent: u64,
     /// QUIC packets the DC appliance sent by the end of the first pass.
     first_sent: u64,
+    /// The DC appliance's congestion-control decreases (queueing delay, clustered loss,
+    /// persistent congestion) by the end of the first pass.
+    first_cc: (u64, u64, u64),
     /// The loss of the DC → branch path as the branch's FEC measured it by the end of the
     /// first pass (probes and data).
     first_path_loss: Option<f64>,
@@ -390,13 +393,13 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
         args.describe()
     )?;
     writeln!(md, "Each cell: the baseline with both appliances stopped (the branch and DC hosts only route), then both stores wiped, both appliances started (transparent interception, class dedup-disk), and the file downloaded twice. Every download is checked byte for byte (SHA-256). Targets: second pass ≤ 2 × RTT + 0.1 s; first-pass goodput on PDF-like (incompressible) files ≥ 0.9 × rate × (1 − loss). Goodput is given over the whole download (request round trip included), over the body alone (from the response header on), and over the download less one RTT (stricter: the earliest a first byte can arrive; the body's time flatters a cell where a loss delayed the response header while the body behind it arrived on time). For DOC-like (compressible) files the target is a first pass faster than 0.9 × rate × (1 − loss) by the data reduction: the 1st-pass reduction is the branch appliance's LAN bytes / WAN bytes (tunnel stream bytes, both directions) during the first download, and the next column is goodput / (0.9 × rate × (1 − loss) × reduction), met at ≥ 1 (for PDF-like files it is shown too; their reduction is about 1).\n")?;
-    writeln!(md, "| Mbit/s | RTT ms | loss % | file | baseline (s) | 1st pass (s) | 2nd pass (s) | 1st-pass goodput / (rate × (1−loss)): whole · body · time−RTT | 1st-pass reduction (LAN/WAN) | 1st-pass goodput / (0.9 × rate × (1−loss) × reduction): whole · body · time−RTT (DOC target ≥ 1) | 2nd ≤ 2·RTT+0.1 s | 1st pass: FEC repair sent · restored · QUIC packets sent · resent · DC → branch loss the branch measured | seed baseline / 1st / 2nd (s) |")?;
+    writeln!(md, "| Mbit/s | RTT ms | loss % | file | baseline (s) | 1st pass (s) | 2nd pass (s) | 1st-pass goodput / (rate × (1−loss)): whole · body · time−RTT | 1st-pass reduction (LAN/WAN) | 1st-pass goodput / (0.9 × rate × (1−loss) × reduction): whole · body · time−RTT (DOC target ≥ 1) | 2nd ≤ 2·RTT+0.1 s | 1st pass: FEC repair sent · restored · QUIC packets sent · resent · DC congestion-control decreases (delay/loss/persistent) · DC → branch loss the branch measured | seed baseline / 1st / 2nd (s) |")?;
     writeln!(
         md,
         "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|:---:|---:|---|"
     )?;
     let mut csv = String::from(
-        "bandwidth_mbps,rtt_ms,loss_pct,file,baseline_s,first_pass_s,second_pass_s,first_pass_lan_bytes,first_pass_wan_bytes,first_pass_fec_restored,seed_baseline_s,seed_first_pass_s,seed_second_pass_s,measured_loss_pct,first_pass_quic_resent,first_pass_fec_repair_sent,first_pass_quic_sent\n",
+        "bandwidth_mbps,rtt_ms,loss_pct,file,baseline_s,first_pass_s,second_pass_s,first_pass_lan_bytes,first_pass_wan_bytes,first_pass_fec_restored,seed_baseline_s,seed_first_pass_s,seed_second_pass_s,measured_loss_pct,first_pass_quic_resent,first_pass_fec_repair_sent,first_pass_quic_sent,first_pass_cc_delay_decreases,first_pass_cc_loss_decreases,first_pass_cc_persistent\n",
     );
     let mut current: Option<(f64, u64, f64)> = None;
     let secs = |v: Option<f64>| {
@@ -463,6 +466,11 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
         cell.first_resent = dc_count("packets_lost");
         cell.first_sent = dc_count("packets_sent");
         cell.first_repair_sent = dc_count("fec_repair_sent");
+        cell.first_cc = (
+            dc_count("cc_delay_decreases"),
+            dc_count("cc_loss_decreases"),
+            dc_count("cc_persistent_congestion"),
+        );
         cell.first = first.as_ref().map(|f| f.total_seconds);
         cell.first_header = first.as_ref().map(|f| f.header_seconds);
         cell.second = timed_fetch(
@@ -493,11 +501,14 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
         let reduced = reduction.and_then(|r| whole_and_body(0.9 * r));
         let target = 2.0 * c.rtt_ms as f64 / 1000.0 + 0.1;
         let restored_and_loss = format!(
-            "{} · {} · {} · {} · {}",
+            "{} · {} · {} · {} · {}/{}/{} · {}",
             cell.first_repair_sent,
             cell.first_fec_restored,
             cell.first_sent,
             cell.first_resent,
+            cell.first_cc.0,
+            cell.first_cc.1,
+            cell.first_cc.2,
             cell.first_path_loss
                 .map_or("–".into(), |l| format!("{:.1} %", l * 100.0))
         );
@@ -529,7 +540,7 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
         )?;
         writeln!(
             csv,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             c.bandwidth_mbps,
             c.rtt_ms,
             c.loss_pct,
@@ -547,7 +558,10 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
                 .map_or(String::new(), |l| format!("{:.2}", l * 100.0)),
             cell.first_resent,
             cell.first_repair_sent,
-            cell.first_sent
+            cell.first_sent,
+            cell.first_cc.0,
+            cell.first_cc.1,
+            cell.first_cc.2
         )?;
     }
     drop(pair);
