@@ -97,29 +97,43 @@ const READ_BUF: usize = 64 * 1024;
 /// Most buffers in one vectored write to a LAN socket (Linux takes up to 1,024).
 const MAX_IOV: usize = 256;
 
-/// Bytes a pump's half codes before it lets the other tasks of its worker run (see [`Turns`]).
-const TURN_BYTES: usize = 256 * 1024;
+/// How long a pump's half codes before it lets the other tasks of its worker run (see
+/// [`Turns`]).
+const TURN_TIME: Duration = Duration::from_micros(500);
 
-/// Makes a pump give up its worker thread every [`TURN_BYTES`] of coding.
+/// Makes a pump give up its worker thread after [`TURN_TIME`] of coding.
 ///
 /// A pump whose socket always has data never waits: its reads and writes complete at once,
 /// and tokio only makes a task yield after 128 such operations (8 MiB of reads). The
-/// tunnel's connection driver, woken by the pump's stream writes, waits meanwhile in the
-/// worker's LIFO slot, which the other worker cannot steal. A data-centre appliance fed by a
-/// fast server then encoded megabytes ahead and sent nothing on the WAN for up to 140 ms at
-/// the start of a download (44 Mbit/s, 300 ms: a tenth of a 4 MB transfer's time).
-/// A yield every 256 KiB (a millisecond or two of coding) keeps the link busy.
-#[derive(Default)]
+/// tunnel's connection driver, woken by the pump's stream writes and by its pacing timer,
+/// waits meanwhile in the worker's LIFO slot, which the other worker cannot steal. A
+/// data-centre appliance fed by a fast server then encoded megabytes ahead and sent nothing
+/// on the WAN for up to 140 ms at the start of a download (44 Mbit/s, 300 ms: a tenth of a
+/// 4 MB transfer's time). A yield every 256 KiB of coding (the first remedy) is a millisecond
+/// on a fast core but 4 ms on a slow one, where the driver then released one pacing burst of
+/// ten datagrams per turn: 36 Mbit/s on a 44 Mbit/s link for as long as the encoder had data
+/// (traced: a 1 MB DOC download). So the turn is measured in time: half a millisecond of
+/// coding, less than a pacing burst at 44 Mbit/s (2.8 ms). (The clock runs from the last
+/// yield, waits included: a half that waited yields after its next piece of coding, which
+/// costs one turn of the scheduler and lets the driver send what that piece produced.)
 struct Turns {
-    coded: usize,
+    since: tokio::time::Instant,
+}
+
+impl Default for Turns {
+    fn default() -> Self {
+        Self {
+            since: tokio::time::Instant::now(),
+        }
+    }
 }
 
 impl Turns {
-    async fn coded(&mut self, bytes: usize) {
-        self.coded += bytes;
-        if self.coded >= TURN_BYTES {
-            self.coded = 0;
+    /// Called after each piece of coding: yields once the turn is used up.
+    async fn coded(&mut self) {
+        if self.since.elapsed() >= TURN_TIME {
             tokio::task::yield_now().await;
+            self.since = tokio::time::Instant::now();
         }
     }
 }
@@ -311,7 +325,7 @@ async fn upstream(
                     Counters::add(&c.lan_in, n as u64);
                     enc.handle_data(&buf[..n]).map_err(PumpError::Encode)?;
                     unflushed += n;
-                    turns.coded(n).await;
+                    turns.coded().await;
                 }
             }
             // Polled only when the socket had nothing to read just now.
@@ -441,7 +455,7 @@ async fn downstream(
                 .await
                 .map_err(PumpError::LanWrite)?;
             Counters::add(&c.lan_out, bytes as u64);
-            turns.coded(bytes).await;
+            turns.coded().await;
         }
         if !done && dec.is_finished() {
             // Half-close: the peer's LAN side reached EOF; pass the FIN on (RFC 9293 §3.6).
@@ -458,6 +472,37 @@ async fn downstream(
 mod tests {
     use super::*;
     use tokio::net::{TcpListener, TcpSocket};
+
+    #[tokio::test]
+    async fn a_half_that_never_waits_lets_a_woken_task_run_within_a_turn() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        // Coding in pieces of 100 µs without ever waiting (as a pump fed by a fast server
+        // does): a task woken meanwhile — the connection driver — runs after at most one
+        // turn of pieces, however slow or busy the machine (a slow piece only ends the turn
+        // sooner).
+        let piece = Duration::from_micros(100);
+        let bound = (TURN_TIME.as_micros() / piece.as_micros()) as usize + 1;
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = ran.clone();
+        let mut turns = Turns::default();
+        tokio::task::yield_now().await;
+        turns.since = tokio::time::Instant::now();
+        tokio::spawn(async move { flag.store(true, Ordering::SeqCst) });
+        let mut pieces = 0;
+        while !ran.load(Ordering::SeqCst) && pieces < 1000 {
+            let t = tokio::time::Instant::now();
+            while t.elapsed() < piece {
+                std::hint::spin_loop();
+            }
+            pieces += 1;
+            turns.coded().await;
+        }
+        assert!(ran.load(Ordering::SeqCst), "the woken task never ran");
+        assert!(
+            pieces <= bound,
+            "{pieces} pieces before the woken task ran (bound {bound})"
+        );
+    }
 
     #[tokio::test]
     async fn vectored_writes_deliver_every_buffer_in_order_through_partial_writes() {
