@@ -26,6 +26,8 @@
 //! - [`tcp`]: the TCP options `socket2` lacks (minimum RTO, delayed-ACK ceiling, window clamp),
 //!   for the ADC's TCP profiles.
 //! - [`raw`]: raw IPv4 sockets that send whole packets (the lab's SYN flooder).
+//! - [`buffers`]: socket buffer sizes forced past the sysctl caps where the process may (the
+//!   tunnel's UDP socket).
 //! - [`fds`]: duplicates of this process's own socket descriptors, to read their options.
 //! - [`simd`]: CPU-specific kernels — sixteen independent BLAKE3 compressions in AVX-512
 //!   registers, for the dedup codec's fingerprints.
@@ -36,6 +38,7 @@
 //! Everything here is Linux-only and works on the calling thread's network namespace at the time
 //! of the call: a socket stays bound to the namespace it was created in.
 
+pub mod buffers;
 pub mod fds;
 pub mod iface;
 pub mod memory;

@@ -22,6 +22,7 @@ use std::mem;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
+use crate::buffers::{self, Buffer};
 use crate::{iface, sys};
 
 /// Most frames one `recv_batch` or `send_batch` system call moves.
@@ -118,8 +119,7 @@ impl RecvSocket {
         };
         sys::setsockopt(fdb, libc::SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mreq)
             .map_err(io_err("PACKET_ADD_MEMBERSHIP"))?;
-        set_buffer(fdb, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, buffer_bytes)
-            .map_err(io_err("SO_RCVBUF"))?;
+        buffers::set(fdb, Buffer::Receive, buffer_bytes).map_err(io_err("SO_RCVBUF"))?;
         let sock = RecvSocket {
             fd,
             iface: iface.to_owned(),
@@ -136,8 +136,7 @@ impl RecvSocket {
 
     /// The receive buffer size the kernel granted, in bytes.
     pub fn buffer_bytes(&self) -> io::Result<usize> {
-        sys::getsockopt_int(self.fd.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF)
-            .map(|v| usize::try_from(v).unwrap_or(0))
+        buffers::get(self.fd.as_fd(), Buffer::Receive)
     }
 
     /// Reads up to `min(bufs.len(), lens.len(), MAX_BATCH)` waiting frames without blocking and
@@ -255,8 +254,7 @@ impl SendSocket {
         let fd = open_packet_socket(iface)?;
         let fdb = fd.as_fd();
         bind(fdb, index, 0).map_err(|e| bind_error(iface, e))?;
-        set_buffer(fdb, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, buffer_bytes)
-            .map_err(io_err("SO_SNDBUF"))?;
+        buffers::set(fdb, Buffer::Send, buffer_bytes).map_err(io_err("SO_SNDBUF"))?;
         let timeout = libc::timeval {
             tv_sec: 0,
             tv_usec: SEND_TIMEOUT.as_micros() as libc::suseconds_t,
@@ -374,24 +372,6 @@ fn bind(fd: BorrowedFd<'_>, ifindex: u32, protocol_be: u16) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// Sets a socket buffer size, past the sysctl maximum if permitted.
-fn set_buffer(
-    fd: BorrowedFd<'_>,
-    force: libc::c_int,
-    plain: libc::c_int,
-    bytes: usize,
-) -> io::Result<()> {
-    // The kernel doubles the value for bookkeeping overhead; ask for half.
-    let v = libc::c_int::try_from(bytes / 2).unwrap_or(libc::c_int::MAX);
-    match sys::setsockopt(fd, libc::SOL_SOCKET, force, &v) {
-        Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-            sys::setsockopt(fd, libc::SOL_SOCKET, plain, &v)
-        }
-        Err(e) => Err(e),
-    }
 }
 
 /// How long a send blocked on a full send buffer waits before it fails with `WouldBlock`.
