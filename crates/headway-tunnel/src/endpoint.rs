@@ -132,10 +132,11 @@ impl PeerConfig {
 }
 
 /// The tunnel socket's receive buffer: what arrives while the endpoint's tasks do not run.
-/// The kernel's default (208 KiB, about 90 full datagrams) is 1.5 ms at 1 Gbit/s: an appliance
-/// pair on an unconstrained lab link lost a quarter of its datagrams at the receiving socket
-/// (`RcvbufErrors` 9,870 of 36,000 at the DC, 13,659 of 36,500 at the branch, during
-/// `headway bench wanopt throughput`). 8 MiB is 67 ms at 1 Gbit/s.
+/// The kernel's default (208 KiB, about 90 full datagrams) is 1.5 ms at 1 Gbit/s: during
+/// `headway bench wanopt throughput` an appliance pair on an unconstrained lab link had its
+/// receiving sockets drop 9,870 datagrams (DC) and 13,659 (branch) for a full buffer
+/// (`RcvbufErrors`, beside 36,000 delivered to each), and QUIC sent them again. 8 MiB is
+/// 67 ms at 1 Gbit/s.
 pub const SOCKET_RECV_BUFFER: usize = 8 << 20;
 
 /// The tunnel socket's send buffer (what a burst of datagrams queues in the kernel).
