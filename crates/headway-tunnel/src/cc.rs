@@ -33,12 +33,17 @@
 //!   [`Config::loss_epoch_packets`] packets; only an epoch whose lost fraction exceeds
 //!   [`Config::loss_threshold`] (default 20 %, far above the 1–5 % random loss of a bad WAN)
 //!   counts as clustered loss and multiplies the share by [`Config::decrease_factor`].
-//! - **Queueing delay is congestion**: when the smoothed RTT exceeds the base RTT by more than
+//! - **Queueing delay is congestion**: when the smallest RTT sample of a round trip (one
+//!   smoothed RTT of acknowledgements) exceeds the base RTT by more than
 //!   `max(queue_delay_floor, queue_delay_fraction × base_rtt, 6 packets at the rate)`, somebody
-//!   else is filling the
-//!   bottleneck queue (or the configured rate is too high), and the share is multiplied by
-//!   [`Config::decrease_factor`] at most once per RTT, down to [`Config::min_share`] (the fair
-//!   share against one competing flow by default), so other traffic is not crushed.
+//!   else is filling the bottleneck queue (or the configured rate is too high), and the share
+//!   is multiplied by [`Config::decrease_factor`] at most once per RTT, down to
+//!   [`Config::min_share`] (the fair share against one competing flow by default), so other
+//!   traffic is not crushed. The round's minimum rather than the smoothed RTT: a queue delays
+//!   every packet of the round, while a stall of either host — a descheduled process on a
+//!   busy or oversubscribed machine — delays only the acknowledgements it held up, and judged
+//!   on the smoothed RTT such stalls cost a 44 Mbit/s transfer three decreases at 0 % loss
+//!   (pdf_large, 90 ms: 4.07 s instead of 3.43 s, on a VM with 12–33 % steal time).
 //!   Queueing delay is not judged for the first two base RTTs after the first acknowledgement:
 //!   the first window goes out at 5/4 of the rate (quinn's pacer) and builds a one-off queue.
 //!   Nor is it judged before [`BUSY_PACKETS`] packets (at most half a window) were
@@ -47,7 +52,7 @@
 //!   carries the handshake's (the processes' start-up: 160–170 ms on a 90 ms path). Judged
 //!   anyway, such an idle connection of an appliance pair fell to half its share before its
 //!   first flow.
-//! - **Recovery**: once the queueing delay is below half that threshold, the share grows by
+//! - **Recovery**: once a round's queueing delay is below half that threshold, the share grows by
 //!   [`Config::recovery_step`] per RTT back to 1.0.
 //! - **Persistent congestion** (RFC 9002 §7.6: every packet over a period longer than the PTO
 //!   lost) drops the share straight to `min_share`; it recovers like above.
@@ -198,6 +203,9 @@ pub struct RttSample {
     pub smoothed: Duration,
     /// Minimum RTT over the connection's lifetime (RFC 9002 §5.2).
     pub min: Duration,
+    /// This acknowledgement's own sample: from the packet's send to its acknowledgement
+    /// (the peer's acknowledgement delay included).
+    pub latest: Duration,
 }
 
 /// Counters of the controller's decisions.
@@ -260,6 +268,8 @@ pub struct Core {
     round_start: Instant,
     /// Bytes acknowledged since `round_start`.
     round_acked: u64,
+    /// The smallest RTT sample since `round_start`: what queueing delay is judged on.
+    round_min: Option<Duration>,
     stats: Stats,
 }
 
@@ -285,6 +295,7 @@ impl Core {
             epoch_lost: 0,
             round_start: now,
             round_acked: 0,
+            round_min: None,
             stats: Stats::default(),
         }
     }
@@ -296,17 +307,29 @@ impl Core {
         self.min_rtt = Some(self.min_rtt.map_or(min, |m| m.min(min)));
         self.epoch_acked = self.epoch_acked.saturating_add(bytes);
         self.judge_epoch(now);
-
-        let base = self.base_rtt();
-        let queue = rtt.smoothed.saturating_sub(base);
-        let threshold = self.queue_threshold(base);
-        let first_ack = *self.first_ack.get_or_insert(now);
-        let started = now.saturating_duration_since(first_ack) >= base * STARTUP_GRACE_RTTS;
+        self.first_ack.get_or_insert(now);
         if now.saturating_duration_since(self.round_start) >= self.rtt() {
+            self.judge_round(now);
             self.round_start = now;
             self.round_acked = 0;
+            self.round_min = None;
         }
         self.round_acked = self.round_acked.saturating_add(bytes);
+        self.round_min = Some(self.round_min.map_or(rtt.latest, |m| m.min(rtt.latest)));
+    }
+
+    /// Judges the round trip that just ended by its smallest RTT sample: a competing flow's
+    /// queue delays every packet of the round, while a stall of either host (a descheduled
+    /// process, a busy core) delays only the acknowledgements it held up.
+    fn judge_round(&mut self, now: Instant) {
+        let Some(round_min) = self.round_min else {
+            return;
+        };
+        let base = self.base_rtt();
+        let queue = round_min.saturating_sub(base);
+        let threshold = self.queue_threshold(base);
+        let first_ack = self.first_ack.unwrap_or(now);
+        let started = now.saturating_duration_since(first_ack) >= base * STARTUP_GRACE_RTTS;
         let busy = self.round_acked >= (BUSY_PACKETS * self.mtu).min(self.window() / 2);
         if queue > threshold && started && busy {
             self.decrease_once_per_rtt(now, Cause::Delay);
@@ -484,7 +507,7 @@ impl Controller for LinkRateController {
     fn on_ack(
         &mut self,
         now: Instant,
-        _sent: Instant,
+        sent: Instant,
         bytes: u64,
         _app_limited: bool,
         rtt: &quinn_proto::RttEstimator,
@@ -492,6 +515,7 @@ impl Controller for LinkRateController {
         let sample = RttSample {
             smoothed: rtt.get(),
             min: rtt.min(),
+            latest: now.saturating_duration_since(sent),
         };
         self.core.handle_ack(now, bytes, sample);
     }

@@ -97,6 +97,7 @@ impl Sender {
         let rtt = RttSample {
             smoothed: self.srtt.unwrap(),
             min: self.min_rtt.unwrap(),
+            latest: sample,
         };
         self.core.handle_ack(now, PACKET as u64, rtt);
         let largest = self.largest_acked.map_or(pn, |l| l.max(pn));

@@ -18,6 +18,7 @@ fn sample(ms: u64) -> RttSample {
     RttSample {
         smoothed: Duration::from_millis(ms),
         min: Duration::from_millis(300),
+        latest: Duration::from_millis(ms),
     }
 }
 
@@ -58,6 +59,7 @@ fn window_follows_min_rtt_so_rate_is_the_configured_one() {
         RttSample {
             smoothed: Duration::from_millis(100),
             min: Duration::from_millis(100),
+            latest: Duration::from_millis(100),
         },
     );
     // window / min_rtt = rate × (gain + allowance / min_rtt) + 2 MTU / min_rtt: the configured
@@ -143,6 +145,40 @@ fn an_idle_connection_is_not_judged_for_its_smoothed_rtt() {
     drive(&mut c, &mut rng, now, 2, 0.0, 500);
     assert!(c.share() < 1.0);
     assert!(c.stats().delay_decreases >= 1);
+}
+
+#[test]
+fn host_stalls_are_not_a_queue() {
+    // At the full rate on the 300 ms path, every second the receiving host stalls for 100 ms
+    // (a descheduled process): the acknowledgements it holds up arrive 120 ms late, above the
+    // 90 ms threshold, and the smoothed RTT (RFC 9002's 7/8 average, computed here as quinn
+    // does) follows them up. The packets acknowledged on time in every round show that no
+    // queue formed.
+    let start = start_instant();
+    let mut c = core(start);
+    let per_packet = RATE.transmit_time(u64::from(MTU)).unwrap();
+    let mut now = start;
+    let mut srtt = Duration::from_millis(300);
+    let mut peak = srtt;
+    while now < start + Duration::from_secs(20) {
+        now += per_packet;
+        let stalled = now.saturating_duration_since(start).as_millis() % 1000 >= 900;
+        let latest = Duration::from_millis(if stalled { 420 } else { 300 });
+        srtt = srtt.mul_f64(0.875) + latest.mul_f64(0.125);
+        peak = peak.max(srtt);
+        let rtt = RttSample {
+            smoothed: srtt,
+            min: Duration::from_millis(300),
+            latest,
+        };
+        c.handle_ack(now, u64::from(MTU), rtt);
+    }
+    assert!(
+        peak > Duration::from_millis(400),
+        "the stalls must show in the smoothed RTT"
+    );
+    assert_eq!(c.share(), 1.0, "{:?}", c.stats());
+    assert_eq!(c.stats().delay_decreases, 0);
 }
 
 #[test]
