@@ -47,7 +47,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use crate::compress::Decompressor;
 use crate::encoder::data_digest;
 use crate::id::{BatchHasher, ChunkId, DedupKey, Digest, DigestHasher};
-use crate::store::{ChunkStore, PeerId};
+use crate::store::{ChunkStore, PeerId, Probe};
 use crate::wire::{Chunks, DictRef, Mode, Need, Token, WireError, MAX_DICT_BYTES, MAX_RUN_CHUNKS};
 
 /// Decoder settings.
@@ -164,6 +164,9 @@ pub struct Decoder {
     /// Needs the peer sent in-band for the reverse direction's encoder.
     peer_needs: VecDeque<Need>,
     prev: Option<ChunkId>,
+    /// What [`ChunkStore::record_many`] reports (unused: a decoder records what it received,
+    /// and needs no answer), kept to reuse its allocation.
+    probes: Vec<Probe>,
     stats: DecoderStats,
 }
 
@@ -201,6 +204,7 @@ impl Decoder {
             needs: VecDeque::new(),
             peer_needs: VecDeque::new(),
             prev: None,
+            probes: Vec::new(),
             stats: DecoderStats::default(),
         }
     }
@@ -562,9 +566,15 @@ impl Decoder {
             self.front_seq += 1;
             match slot {
                 Slot::Chunks(list) => {
+                    // One call per slot: a disk store writes the slot's records at once.
+                    self.probes.clear();
+                    self.store.record_many(
+                        self.cfg.peer,
+                        self.prev.as_ref(),
+                        &list,
+                        &mut self.probes,
+                    );
                     for (id, d) in list {
-                        self.store
-                            .record(self.cfg.peer, self.prev.as_ref(), &id, &d);
                         self.prev = Some(id);
                         self.held_bytes = self.held_bytes.saturating_sub(d.len());
                         self.stats.lan_bytes += d.len() as u64;

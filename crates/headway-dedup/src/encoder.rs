@@ -59,7 +59,7 @@ use bytes::{Bytes, BytesMut};
 use crate::chunker::{ChunkParams, Chunker};
 use crate::compress::Compressor;
 use crate::id::{BatchHasher, ChunkId, DedupKey, Digest, DigestHasher};
-use crate::store::{ChunkStore, PeerId};
+use crate::store::{ChunkStore, PeerId, Probe};
 use crate::wire::{
     Chunks, DictRef, Mode, Need, Token, MAX_DICT_BYTES, MAX_FRAME_CHUNKS, MAX_FRAME_RAW,
     MAX_RUN_CHUNKS,
@@ -194,8 +194,15 @@ pub struct Encoder {
     /// Chunks cut by one `handle_data` call, fingerprinted together by `hasher`.
     cut: Vec<Bytes>,
     hasher: BatchHasher,
-    /// The ids of `cut`, copied out of `hasher` (scratch).
+    /// The ids of the chunks [`Encoder::on_chunks`] recorded last, copied out of `hasher`.
     ids: Vec<ChunkId>,
+    /// How many of `ids` are in a token or the open frame or run: the rest were recorded in
+    /// the store ahead of being taken, and no dictionary may include them (the peer gets them
+    /// after the frame being closed).
+    ids_taken: usize,
+    /// The chunks of one `record_many` call (scratch) and what it reported for each of `ids`.
+    batch: Vec<(ChunkId, Bytes)>,
+    probes: Vec<Probe>,
     compressor: Compressor,
     out: BytesMut,
     prev: Option<ChunkId>,
@@ -246,6 +253,9 @@ impl Encoder {
             cut: Vec::new(),
             hasher: key.batch_hasher(),
             ids: Vec::new(),
+            ids_taken: 0,
+            batch: Vec::new(),
+            probes: Vec::new(),
             compressor: Compressor::new(cfg.level),
             store,
             key,
@@ -407,22 +417,29 @@ impl Encoder {
         &self.cfg
     }
 
-    /// Fingerprints the chunks just cut (all at once: [`BatchHasher`]) and takes them in
-    /// order; leaves `cut` empty.
+    /// Fingerprints the chunks just cut (all at once: [`BatchHasher`]), records them in the
+    /// store in one call (a disk store writes them at once) and takes them in order; leaves
+    /// `cut` empty.
     fn on_chunks(&mut self, cut: &mut Vec<Bytes>) {
-        let mut ids = std::mem::take(&mut self.ids);
-        ids.clear();
-        ids.extend_from_slice(self.hasher.hash(cut));
-        for (id, data) in ids.iter().zip(cut.drain(..)) {
-            self.on_chunk(*id, data);
+        self.ids.clear();
+        self.ids.extend_from_slice(self.hasher.hash(cut));
+        self.ids_taken = 0;
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.clear();
+        batch.extend(self.ids.iter().copied().zip(cut.drain(..)));
+        self.probes.clear();
+        self.store
+            .record_many(self.cfg.peer, self.prev.as_ref(), &batch, &mut self.probes);
+        for (k, (id, data)) in batch.drain(..).enumerate() {
+            let probe = self.probes.get(k).copied().unwrap_or_default();
+            self.on_chunk(id, data, probe);
+            self.ids_taken += 1;
         }
-        self.ids = ids;
+        self.batch = batch;
     }
 
-    fn on_chunk(&mut self, id: ChunkId, data: Bytes) {
-        let probe = self
-            .store
-            .record(self.cfg.peer, self.prev.as_ref(), &id, &data);
+    /// Takes one chunk, already recorded (`probe` is what the store knew before).
+    fn on_chunk(&mut self, id: ChunkId, data: Bytes, probe: Probe) {
         let prev = self.prev.replace(id);
         let len = data.len() as u64;
         if probe.held {
@@ -521,7 +538,7 @@ impl Encoder {
         let mut total = 0;
         let mut keep = 1;
         for (id, d) in &v[1..] {
-            if ids.contains(id) || total + d.len() > MAX_DICT_BYTES {
+            if ids.contains(id) || self.recorded_ahead(id) || total + d.len() > MAX_DICT_BYTES {
                 break;
             }
             total += d.len();
@@ -539,6 +556,16 @@ impl Encoder {
             base,
             count: (v.len() - 1) as u16,
         })
+    }
+
+    /// Whether `id` is one of the chunks recorded ahead of being taken (see `ids_taken`) that
+    /// the peer did not hold before: it gets them only after the frame being closed.
+    fn recorded_ahead(&self, id: &ChunkId) -> bool {
+        let from = self.ids_taken.min(self.ids.len());
+        self.ids[from..]
+            .iter()
+            .zip(self.probes.get(from..).unwrap_or_default())
+            .any(|(a, p)| a == id && !p.held)
     }
 
     /// Emits one token carrying `chunks` (≤ MAX_FRAME_CHUNKS, ≤ MAX_FRAME_RAW bytes), compressed

@@ -61,6 +61,24 @@ pub trait ChunkStore: Send + Sync {
     /// successor to `id` if `prev` had none (or its successor is gone).
     fn record(&self, peer: PeerId, prev: Option<&ChunkId>, id: &ChunkId, data: &Bytes) -> Probe;
 
+    /// Records `chunks`, consecutive in one flow, the first right after `prev`: the same as
+    /// calling [`ChunkStore::record`] for each in order (each chunk's `prev` is the one before
+    /// it), and pushes each call's [`Probe`] onto `probes`. A store that writes to disk does it
+    /// in one write here instead of one per chunk; others need not override this.
+    fn record_many(
+        &self,
+        peer: PeerId,
+        prev: Option<&ChunkId>,
+        chunks: &[(ChunkId, Bytes)],
+        probes: &mut Vec<Probe>,
+    ) {
+        let mut prev = prev.copied();
+        for (id, data) in chunks {
+            probes.push(self.record(peer, prev.as_ref(), id, data));
+            prev = Some(*id);
+        }
+    }
+
     /// The bytes of chunk `id`, if held.
     fn get(&self, id: &ChunkId) -> Option<Bytes>;
 

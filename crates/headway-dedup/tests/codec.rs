@@ -582,6 +582,56 @@ fn diverged_successor_links_are_detected_and_repaired() {
     assert!(o.needs > 0, "the run's digest must not match");
 }
 
+/// The natural chunks of `data` (the encoder's default chunking).
+fn chunks_of(data: &[u8]) -> Vec<Bytes> {
+    let mut chunker = headway_dedup::Chunker::new(headway_dedup::ChunkParams::DEFAULT);
+    let mut out = Vec::new();
+    chunker.push(data, |c| out.push(c));
+    chunker.flush(|c| out.push(c));
+    out
+}
+
+#[test]
+fn a_dictionary_never_reaches_chunks_recorded_after_its_frame() {
+    // The encoder records all the chunks it cut at once, before taking them one by one. Flow
+    // 1 is chunks d0…d4 of a document (d4 the last: no successor). Flow 2 inserts new text N
+    // after d2 and goes on with d3, d4, d5…: N's literal frame has base d2 and closes when d3
+    // comes (a run); its dictionary follows d2 → d3 → d4 → and, since the batch recorded d5
+    // after d4, into d5 — which the peer gets only after N's frame. Such a dictionary is one
+    // the peer cannot rebuild: it would fail there and cost a round trip for N's bytes.
+    let (a, b) = (Appliance::new(A), Appliance::new(B));
+    let d = doc(300_000, 21);
+    let cuts: Vec<usize> = chunks_of(&d)
+        .iter()
+        .scan(0, |end, c| {
+            *end += c.len();
+            Some(*end)
+        })
+        .collect();
+    let (e2, e4) = (cuts[2], cuts[4]);
+    // A cut depends on the 64 bytes before it and the byte or two after: N starts with the
+    // bytes that followed d2 and ends with d2's last 64, so both junctions cut as in `d`
+    // (for some text; the first that does is taken).
+    let second = (22..200)
+        .map(|seed| {
+            let n = [&d[e2..e2 + 8], &doc(40_000, seed)[..], &d[e2 - 64..e2]].concat();
+            [&d[..e2], &n[..], &d[e2..]].concat()
+        })
+        .find(|second| {
+            let got = chunks_of(second);
+            let want = chunks_of(&d);
+            let at = got.iter().position(|c| *c == want[3]);
+            got[..3] == want[..3] && at.is_some_and(|i| got[i..i + 3] == want[3..6])
+        })
+        .expect("some text keeps both junctions");
+    let first = d[..e4].to_vec();
+    assert_exact(&simple(&a, &b, &first, &[1 << 20]), &first);
+    let o = simple(&a, &b, &second, &[1 << 20]);
+    assert_exact(&o, &second);
+    assert!(o.runs >= 2, "d0…d2 and d3 d4 go as runs ({} runs)", o.runs);
+    assert_eq!(o.needs, 0, "every dictionary was one the peer holds");
+}
+
 #[test]
 fn self_similar_data_needs_no_round_trips() {
     let (a, b) = (Appliance::new(A), Appliance::new(B));

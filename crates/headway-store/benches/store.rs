@@ -137,6 +137,30 @@ fn bench_record(c: &mut Criterion) {
             base += N;
         })
     });
+    // The same records through `record_many`, 128 at a time (about what one 256 KiB frame
+    // of 2 KiB chunks records): one write per batch instead of one per record.
+    let batched = DiskStore::open(StoreConfig {
+        sync_bytes: None,
+        ..disk_cfg(&tmp.path().join("many"), 0)
+    })
+    .unwrap();
+    let mut base = 0u64;
+    let mut probes = Vec::new();
+    g.bench_function("new_disk_no_sync_many", |b| {
+        b.iter(|| {
+            let batch: Vec<(ChunkId, Bytes)> = data
+                .iter()
+                .enumerate()
+                .map(|(n, d)| (id(base + n as u64), d.clone()))
+                .collect();
+            for part in batch.chunks(128) {
+                probes.clear();
+                batched.record_many(PeerId(1), None, part, &mut probes);
+            }
+            black_box(&probes);
+            base += N;
+        })
+    });
     let held = DiskStore::open(disk_cfg(&tmp.path().join("held"), 0)).unwrap();
     let pass = |s: &DiskStore| {
         let mut prev = None;

@@ -20,7 +20,11 @@
 //!   "not held" (they get literals: correct, less saving).
 //!
 //! A write that fails (disk full, I/O error) is counted in [`DiskStore::write_errors`] and the
-//! chunk is simply not held; `record` has no error to return (see the trait).
+//! chunk is simply not held; `record` has no error to return (see the trait). `record_many`
+//! writes the new records of its chunks at once (one `pwrite` per segment; one per record cost
+//! more than the bytes: the `record_1k` bench gives 187 MiB/s one by one against 383 MiB/s in
+//! batches of 128); when that write fails, the chunks of the write and all after it in the
+//! call are not held and get the default probe.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -76,6 +80,23 @@ impl ChunkStore for DiskStore {
                 // was neither held nor a successor, so the default is what it would say.
                 Probe::default()
             }
+        }
+    }
+
+    fn record_many(
+        &self,
+        peer: PeerId,
+        prev: Option<&ChunkId>,
+        chunks: &[(ChunkId, Bytes)],
+        probes: &mut Vec<Probe>,
+    ) {
+        // On an error the chunks not stored already got the default probe, as `record` gives.
+        if self
+            .store
+            .record_linked_many(peer, prev, chunks, probes)
+            .is_err()
+        {
+            self.write_errors.fetch_add(1, Ordering::Relaxed);
         }
     }
 

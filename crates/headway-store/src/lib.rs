@@ -57,7 +57,9 @@
 //! # Durability
 //!
 //! Records are written with one positioned write each (`pwrite`) straight to the file, so a
-//! record is readable as soon as `put` returns. Data is synced (`fdatasync`) when a segment is
+//! record is readable as soon as `put` returns; the records of one
+//! [`headway_dedup::ChunkStore::record_many`] call on a [`DiskStore`] go out in one write per
+//! segment they land in, and are readable when it returns. Data is synced (`fdatasync`) when a segment is
 //! sealed, after every [`StoreConfig::sync_bytes`] appended bytes, on [`Store::flush`] and on
 //! drop; the directory is synced when a segment is created. A crash (kill -9, power loss) can
 //! lose only records appended since the last sync; it never makes the store return wrong data:
@@ -70,7 +72,8 @@
 //!
 //! # Blocking
 //!
-//! `put` does one `pwrite` (plus an occasional `fdatasync` or file creation/deletion), `get`
+//! `put` does one `pwrite` (plus an occasional `fdatasync` or file creation/deletion), and so
+//! does a `record_many` of a frame's chunks (the index stays write-locked for it), `get`
 //! and `run` one `pread` per chunk not in the memory tier. These are short on a local disk; from
 //! a tokio runtime, call them directly for small chunks or through `spawn_blocking` for long
 //! runs. Locks are never held across an `.await` because there are none.

@@ -266,6 +266,204 @@ impl Store {
         Ok(probe)
     }
 
+    /// [`Store::record_linked`] for consecutive chunks of one flow (the first after `prev`),
+    /// pushing each chunk's probe onto `probes`: the same probes, links, peers and records as
+    /// one call per chunk in order, but the new records of a disk store go out in one
+    /// positioned write per segment they land in, not one each. (Per record, the write path
+    /// cost more than the record's bytes: system call, and the file system zeroing the rest
+    /// of each page it started; see the `record_1k` bench.)
+    ///
+    /// The index is write-locked from the first probe until the write is done, so no reader
+    /// ever sees a record that is not yet in its file.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::record_linked`]. When a write fails, the chunks of that write are not
+    /// indexed, and they and every later chunk of `chunks` get the default probe (absent).
+    pub(crate) fn record_linked_many(
+        &self,
+        peer: PeerId,
+        prev: Option<&ChunkId>,
+        chunks: &[(ChunkId, Bytes)],
+        probes: &mut Vec<Probe>,
+    ) -> Result<(), StoreError> {
+        let Some(dir) = self.cfg.dir.clone() else {
+            let mut prev = prev.copied();
+            for (id, data) in chunks {
+                probes.push(self.record_linked(peer, prev.as_ref(), id, data)?);
+                prev = Some(*id);
+            }
+            return Ok(());
+        };
+        let mut w = self.writer.lock();
+        let mut prev = prev.copied();
+        let mut rest = chunks;
+        let mut failed = None;
+        while let Some((_, first)) = rest.first() {
+            let fits = w.len + (HEADER_LEN + first.len()) as u64 <= self.cfg.segment_bytes;
+            if w.len > 0 && !fits {
+                if let Err(e) = self.roll(&dir, &mut w) {
+                    failed = Some(e);
+                    break;
+                }
+            }
+            let (taken, result) = self.append_linked(&mut w, peer, &mut prev, rest, probes);
+            rest = &rest[taken..];
+            if let Err(e) = result {
+                let stored = taken > 0;
+                failed.get_or_insert(e);
+                if !stored {
+                    break;
+                }
+                // Stored, only the sync failed: go on, and report it at the end.
+            }
+        }
+        probes.resize(probes.len() + rest.len(), Probe::default());
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// One write of [`Store::record_linked_many`]: probes and stages the leading chunks of
+    /// `chunks` whose new records fit the active segment, writes their records at once and
+    /// publishes them. Returns how many chunks it took (their probes are pushed) and the
+    /// error, if any: with none taken, nothing was stored (a failed write, or an oversized
+    /// first chunk); with some, they were stored and only the size-based sync failed.
+    fn append_linked(
+        &self,
+        w: &mut Writer,
+        peer: PeerId,
+        prev: &mut Option<ChunkId>,
+        chunks: &[(ChunkId, Bytes)],
+        probes: &mut Vec<Probe>,
+    ) -> (usize, Result<(), StoreError>) {
+        let Some(seg) = w.active.clone() else {
+            // `recover` always leaves an active segment and `roll` only replaces it.
+            unreachable!("disk store without an active segment")
+        };
+        let mut buf = std::mem::take(&mut w.buf);
+        buf.clear();
+        let first_seq = w.next_seq;
+        let prev_before = *prev;
+        // Positions in `chunks` of the chunks that got a record in this write.
+        let mut staged: Vec<usize> = Vec::new();
+        let mut taken = 0usize;
+        let mut idx = self.index.write();
+        for (id, data) in chunks {
+            let new = !idx.map.contains_key(id);
+            if new {
+                let end = w.len + (buf.len() + HEADER_LEN + data.len()) as u64;
+                let room = end <= self.cfg.segment_bytes || w.len + buf.len() as u64 == 0;
+                if data.len() > MAX_CHUNK_LEN || !room {
+                    break;
+                }
+            }
+            let mut probe = Probe::default();
+            if let Some(p) = prev.as_ref() {
+                if let Some(next) = idx.map.get(p).map(|e| e.next) {
+                    let stale = next.is_none_or(|n| !idx.map.contains_key(&n));
+                    probe.follows = next == Some(*id) && !new;
+                    if stale {
+                        if let Some(e) = idx.map.get_mut(p) {
+                            e.next = Some(*id);
+                        }
+                    }
+                }
+            }
+            if new {
+                let repr = RecordRepr {
+                    seq: w.next_seq,
+                    id: *id,
+                    len: data.len() as u32,
+                    prev: *prev,
+                    peer: Some(peer.0),
+                };
+                let off = w.len + buf.len() as u64;
+                let at = buf.len();
+                buf.resize(at + repr.buffer_len(), 0);
+                repr.emit(&mut buf[at..], data);
+                let loc = Loc::Disk {
+                    seg: seg.clone(),
+                    off: off as u32,
+                    len: repr.len,
+                };
+                let slot = Slot {
+                    seq: w.next_seq,
+                    id: *id,
+                    loc,
+                };
+                idx.push(slot, *prev, Some(peer));
+                w.next_seq += 1;
+                staged.push(taken);
+            } else if let Some(e) = idx.map.get_mut(id) {
+                probe.held = e.peers.insert(peer);
+            }
+            probes.push(probe);
+            *prev = Some(*id);
+            taken += 1;
+        }
+        if taken == 0 {
+            // Only an oversized chunk stops the first one (the caller rolled the segment
+            // for it otherwise): refuse it as `append` does.
+            drop(idx);
+            w.buf = buf;
+            let len = chunks.first().map_or(0, |(_, d)| d.len());
+            return (
+                0,
+                Err(StoreError::ChunkTooLarge {
+                    len,
+                    max: MAX_CHUNK_LEN,
+                }),
+            );
+        }
+        let written = if buf.is_empty() {
+            Ok(())
+        } else {
+            seg.file.write_all_at(&buf, w.len)
+        };
+        if let Err(e) = written {
+            // As `append`: nothing torn behind the append position; the staged records leave
+            // the index again (they are the newest slots of the log; a link made to one of
+            // them is stale once it is gone, as after an eviction).
+            let _ = seg.file.set_len(w.len);
+            for _ in 0..staged.len() {
+                if let Some(slot) = idx.log.pop_back() {
+                    if idx.map.get(&slot.id).is_some_and(|e| e.seq == slot.seq) {
+                        idx.map.remove(&slot.id);
+                    }
+                }
+            }
+            drop(idx);
+            w.next_seq = first_seq;
+            w.buf = buf;
+            probes.truncate(probes.len() - taken);
+            *prev = prev_before;
+            return (0, Err(io_err("append to", &seg.path)(e)));
+        }
+        let rec_bytes = buf.len() as u64;
+        w.len += rec_bytes;
+        w.unsynced += rec_bytes;
+        if let Some(last) = idx.segments.back_mut() {
+            last.len = w.len;
+        }
+        idx.disk_bytes += rec_bytes;
+        let doomed = idx.evict_disk(self.cfg.max_bytes, &self.counters);
+        drop(idx);
+        // Still under the writer lock, so no new segment can reuse a number being deleted.
+        remove_segments(&doomed);
+        let synced = match self.cfg.sync_bytes {
+            Some(n) if w.unsynced >= n => self.sync(&seg, w),
+            _ => Ok(()),
+        };
+        {
+            let mut cache = self.cache.lock();
+            for &i in &staged {
+                let (id, data) = &chunks[i];
+                cache.insert(*id, Bytes::copy_from_slice(data));
+            }
+        }
+        w.buf = buf;
+        (taken, synced)
+    }
+
     /// `first` and the chunks reached by successor links (see
     /// [`headway_dedup::ChunkStore::follow`]), each verified; stops before a missing or corrupt
     /// chunk.

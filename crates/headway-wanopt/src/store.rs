@@ -145,6 +145,19 @@ impl ChunkStore for DiskSlot {
             .map_or_else(Probe::default, |s| s.record(peer, prev, id, data))
     }
 
+    fn record_many(
+        &self,
+        peer: PeerId,
+        prev: Option<&ChunkId>,
+        chunks: &[(ChunkId, Bytes)],
+        probes: &mut Vec<Probe>,
+    ) {
+        match self.0.read().as_ref() {
+            Some(s) => s.record_many(peer, prev, chunks, probes),
+            None => probes.resize(probes.len() + chunks.len(), Probe::default()),
+        }
+    }
+
     fn get(&self, id: &ChunkId) -> Option<Bytes> {
         self.0.read().as_ref().and_then(|s| s.get(id))
     }
