@@ -207,6 +207,9 @@ struct Shared {
     key: DedupKey,
     stats: Stats,
     retry_after: Duration,
+    /// Per peer (by index): the zstd level of flows towards it (`pump::zstd_level_for` its
+    /// link rate).
+    levels: Vec<i32>,
     /// Per peer (by index): the end of the current hold-down after a failed attempt, and
     /// its reason. The lock also serializes attempts, so waiting flows see a fresh failure.
     holds: Vec<Mutex<Option<(Instant, &'static str)>>>,
@@ -276,6 +279,15 @@ impl Appliance {
             key: cfg.dedup_key,
             stats: Stats::default(),
             retry_after: cfg.retry_after,
+            levels: cfg
+                .peers
+                .iter()
+                .map(|p| {
+                    let level = pump::zstd_level_for(p.link_rate.bps());
+                    tracing::info!(peer = %p.name, link_rate = %p.link_rate, level, "zstd level");
+                    level
+                })
+                .collect(),
             holds: cfg.peers.iter().map(|_| Mutex::new(None)).collect(),
         });
         // Last, so that a failed start leaves no rules behind (the guard removes them on drop,
@@ -431,6 +443,7 @@ impl Shared {
             peer: headway_dedup::PeerId(u32::try_from(peer.0).unwrap_or(u32::MAX)),
             store: self.stores.for_class(class),
             key: self.key.clone(),
+            level: self.levels.get(peer.0).copied().unwrap_or(1),
         }
     }
 
