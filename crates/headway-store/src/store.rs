@@ -288,12 +288,19 @@ impl Store {
         probes: &mut Vec<Probe>,
     ) -> Result<(), StoreError> {
         let Some(dir) = self.cfg.dir.clone() else {
+            // Memory only: nothing to batch. A chunk refused (too large) is absent, as with
+            // `DiskStore::record`, and the rest go on.
             let mut prev = prev.copied();
+            let mut failed = None;
             for (id, data) in chunks {
-                probes.push(self.record_linked(peer, prev.as_ref(), id, data)?);
+                let probe = self.record_linked(peer, prev.as_ref(), id, data);
+                probes.push(probe.unwrap_or_else(|e| {
+                    failed.get_or_insert(e);
+                    Probe::default()
+                }));
                 prev = Some(*id);
             }
-            return Ok(());
+            return failed.map_or(Ok(()), Err);
         };
         let mut w = self.writer.lock();
         let mut prev = prev.copied();
@@ -301,7 +308,7 @@ impl Store {
         let mut failed = None;
         while let Some((_, first)) = rest.first() {
             let fits = w.len + (HEADER_LEN + first.len()) as u64 <= self.cfg.segment_bytes;
-            if w.len > 0 && !fits {
+            if w.len > 0 && !fits && first.len() <= MAX_CHUNK_LEN {
                 if let Err(e) = self.roll(&dir, &mut w) {
                     failed = Some(e);
                     break;

@@ -347,7 +347,7 @@ proptest::proptest! {
     }
 
     /// `record_many` — one write per segment for a batch — reports the same probes and leaves
-    /// the same links as one `record` per chunk (`MemoryStore`'s default `record_many`), also
+    /// the same links (also in a memory-only `Store`) as one `record` per chunk (`MemoryStore`'s default `record_many`), also
     /// when a batch crosses into new segments (4 KiB segments, chunks of 400–1,500 bytes), and
     /// a reopen reads every record back.
     #[test]
@@ -381,6 +381,8 @@ proptest::proptest! {
             memory_bytes: 0,
             ..StoreConfig::disk(tmp.path(), 1 << 20)
         };
+        let mem = DiskStore::open(StoreConfig::memory(1 << 20)).unwrap();
+        proptest::prop_assert_eq!(&replay_many(&mem), &want);
         let disk = DiskStore::open(cfg.clone()).unwrap();
         proptest::prop_assert_eq!(&replay_many(&disk), &want);
         proptest::prop_assert_eq!(disk.write_errors(), 0);
