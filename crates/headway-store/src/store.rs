@@ -718,12 +718,26 @@ impl Store {
 
     /// Syncs the newest segment's data to disk: every record `put` before this call survives a
     /// crash after it returns. A no-op for a memory-only store.
+    ///
+    /// The sync runs without the writer lock, so appends go on meanwhile (a sync can take as
+    /// long as the disk needs for everything written since the last one: held under the lock,
+    /// it stopped every flow's `record` for that long).
     pub fn flush(&self) -> Result<(), StoreError> {
-        let mut w = self.writer.lock();
-        match w.active.clone() {
-            Some(seg) if w.unsynced > 0 => self.sync(&seg, &mut w),
-            _ => Ok(()),
+        let (seg, unsynced) = {
+            let mut w = self.writer.lock();
+            match w.active.clone() {
+                Some(seg) if w.unsynced > 0 => (seg, std::mem::take(&mut w.unsynced)),
+                _ => return Ok(()),
+            }
+        };
+        // A roll meanwhile seals `seg` and syncs it itself; records appended meanwhile are
+        // counted for the next sync.
+        if let Err(e) = seg.file.sync_data() {
+            self.writer.lock().unsynced += unsynced;
+            return Err(io_err("sync", &seg.path)(e));
         }
+        bump(&self.counters.syncs, 1);
+        Ok(())
     }
 
     fn count(&self, hit: bool) {

@@ -218,10 +218,13 @@ pub fn appliance_config(w: &WanoptConfig) -> Result<ApplianceConfig, Failure> {
         memory_store_bytes: w.memory_store.bytes(),
         retry_after: w.retry_after,
         services,
-        disk_store: w
-            .disk_store
-            .as_ref()
-            .map(|d| headway_store::StoreConfig::disk(d.dir.clone(), d.size.bytes())),
+        disk_store: w.disk_store.as_ref().map(|d| headway_store::StoreConfig {
+            // The appliance syncs the store every second off the async workers; a
+            // size-based sync would run inside a flow's `record`, on a worker, and hold
+            // every other flow's for as long as the disk takes.
+            sync_bytes: None,
+            ..headway_store::StoreConfig::disk(d.dir.clone(), d.size.bytes())
+        }),
         intercept,
     })
 }
