@@ -80,7 +80,8 @@ pub struct EncoderConfig {
     pub chunks: ChunkParams,
     /// zstd level, clamped to 1..=19. Default 1: in the `codec` bench (64 MiB DOC-like, first
     /// pass) level 3 ran at 108 MiB/s against 188 MiB/s for level 1, for output only 4.8 %
-    /// smaller (24.6 MB against 25.9 MB).
+    /// smaller (24.6 MB against 25.9 MB). The appliance raises it for peers behind slow links,
+    /// where the link and not the encoder is the limit (`headway-wanopt`, by link rate).
     pub level: i32,
     /// Largest raw size of a literal or data frame in bytes, clamped to 1 KiB..=256 KiB, reached
     /// after [`FIRST_FRAME`]-sized and doubling frames (module doc, "Frame sizes").
