@@ -242,26 +242,15 @@ impl Store {
         data: &[u8],
     ) -> Result<Probe, StoreError> {
         let mut w = self.writer.lock();
-        let mut probe = Probe::default();
-        {
+        let probe = {
             let mut idx = self.index.write();
-            let idx = &mut *idx;
-            if let Some(prev) = prev {
-                if let Some(next) = idx.map.get(prev).map(|e| e.next) {
-                    let stale = next.is_none_or(|n| !idx.map.contains_key(&n));
-                    probe.follows = next == Some(*id) && idx.map.contains_key(id);
-                    if stale {
-                        if let Some(e) = idx.map.get_mut(prev) {
-                            e.next = Some(*id);
-                        }
-                    }
-                }
-            }
-            if let Some(e) = idx.map.get_mut(id) {
-                probe.held = e.peers.insert(peer);
+            let new = !idx.map.contains_key(id);
+            let probe = idx.probe(peer, prev, id);
+            if !new {
                 return Ok(probe);
             }
-        }
+            probe
+        };
         self.append(&mut w, *id, data, prev.copied(), Some(peer))?;
         Ok(probe)
     }
@@ -363,18 +352,7 @@ impl Store {
                     break;
                 }
             }
-            let mut probe = Probe::default();
-            if let Some(p) = prev.as_ref() {
-                if let Some(next) = idx.map.get(p).map(|e| e.next) {
-                    let stale = next.is_none_or(|n| !idx.map.contains_key(&n));
-                    probe.follows = next == Some(*id) && !new;
-                    if stale {
-                        if let Some(e) = idx.map.get_mut(p) {
-                            e.next = Some(*id);
-                        }
-                    }
-                }
-            }
+            let probe = idx.probe(peer, prev.as_ref(), id);
             if new {
                 let repr = RecordRepr {
                     seq: w.next_seq,
@@ -400,8 +378,6 @@ impl Store {
                 idx.push(slot, *prev, Some(peer));
                 w.next_seq += 1;
                 staged.push(taken);
-            } else if let Some(e) = idx.map.get_mut(id) {
-                probe.held = e.peers.insert(peer);
             }
             probes.push(probe);
             *prev = Some(*id);
@@ -918,6 +894,29 @@ impl Drop for Store {
 }
 
 impl Index {
+    /// What the index knows of `id` recorded right after `prev` for `peer` (the codec's
+    /// [`Probe`]), and the two marks a recording leaves on what is already indexed: `prev` is
+    /// linked to `id` unless it has a successor still indexed, and an indexed `id` gets `peer`.
+    /// (A new `id` is indexed by [`Index::push`] once its record is written.)
+    fn probe(&mut self, peer: PeerId, prev: Option<&ChunkId>, id: &ChunkId) -> Probe {
+        let mut probe = Probe::default();
+        if let Some(prev) = prev {
+            if let Some(next) = self.map.get(prev).map(|e| e.next) {
+                let stale = next.is_none_or(|n| !self.map.contains_key(&n));
+                probe.follows = next == Some(*id) && self.map.contains_key(id);
+                if stale {
+                    if let Some(e) = self.map.get_mut(prev) {
+                        e.next = Some(*id);
+                    }
+                }
+            }
+        }
+        if let Some(e) = self.map.get_mut(id) {
+            probe.held = e.peers.insert(peer);
+        }
+        probe
+    }
+
     /// Appends a slot (its seq is above every seq in the log) and indexes its id: a new id gets
     /// no successor and `peer`; a known id keeps its successor and peers (plus `peer`). Then
     /// `prev`, if indexed, is linked to the id unless it already has a successor still indexed
