@@ -97,6 +97,8 @@ fn file_download_reports_baseline_first_and_second_pass() {
         "1",
         "--cell-timeout",
         "120s",
+        "--repeats",
+        "2",
         "--out",
         out.to_str().unwrap(),
     ]);
@@ -110,5 +112,9 @@ fn file_download_reports_baseline_first_and_second_pass() {
     for (i, v) in f.iter().enumerate().take(7).skip(4) {
         assert!(v.parse::<f64>().is_ok(), "column {i} of {row}");
     }
+    // Both optimized runs' first passes are listed, and the row's is one of them.
+    let runs: Vec<&str> = f[20].split(' ').collect();
+    assert_eq!(runs.len(), 2, "{row}");
+    assert!(runs.contains(&f[5]), "{row}");
     let _ = std::fs::remove_dir_all(out);
 }
