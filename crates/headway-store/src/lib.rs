@@ -59,10 +59,12 @@
 //! Records are written with one positioned write each (`pwrite`) straight to the file, so a
 //! record is readable as soon as `put` returns; the records of one
 //! [`headway_dedup::ChunkStore::record_many`] call on a [`DiskStore`] go out in one write per
-//! segment they land in, and are readable when it returns. Data is synced (`fdatasync`) when a segment is
-//! sealed, after every [`StoreConfig::sync_bytes`] appended bytes, on [`Store::flush`] and on
-//! drop; the directory is synced when a segment is created. A crash (kill -9, power loss) can
-//! lose only records appended since the last sync; it never makes the store return wrong data:
+//! segment they land in, and are readable when it returns. Data is synced (`fdatasync`) after
+//! every [`StoreConfig::sync_bytes`] appended bytes, on [`Store::flush`] and on drop; each sync
+//! covers the segments sealed since the last one (oldest first) and the directory entries of
+//! the segments created since, so a roll itself never waits for the disk (it runs inside a
+//! `put`, under the writer lock). A crash (kill -9, power loss) can lose only records appended
+//! since the last sync; it never makes the store return wrong data:
 //! at open each segment is scanned and its valid prefix is the records up to the first one that
 //! is truncated, fails its CRC, has a bad magic or does not increase the seq. In the newest
 //! segment the rest is truncated away (the usual torn tail); in an older segment the rest is left
@@ -72,7 +74,7 @@
 //!
 //! # Blocking
 //!
-//! `put` does one `pwrite` (plus an occasional `fdatasync` or file creation/deletion), and so
+//! `put` does one `pwrite` (plus an occasional size-based `fdatasync` or file creation/deletion), and so
 //! does a `record_many` of a frame's chunks (the index stays write-locked for it), `get`
 //! and `run` one `pread` per chunk not in the memory tier. These are short on a local disk; from
 //! a tokio runtime, call them directly for small chunks or through `spawn_blocking` for long

@@ -641,3 +641,64 @@ fn store_is_send_and_sync() {
     fn check<T: Send + Sync>() {}
     check::<Store>();
 }
+
+#[test]
+fn rolls_leave_their_syncs_to_the_next_flush() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = StoreConfig {
+        segment_bytes: 8 << 10,
+        ..disk_cfg(tmp.path())
+    };
+    let store = Store::open(cfg.clone()).unwrap();
+    // 40 records of 1 KiB over 8 KiB segments: several rolls, none of which may wait for the
+    // disk inside `put`.
+    for n in 0..40 {
+        store.put(id(n), &data(n, 1000)).unwrap();
+    }
+    let sealed = segment_files(tmp.path()).len() as u64 - 1;
+    assert!(sealed >= 4, "{sealed} sealed segments");
+    assert_eq!(store.stats().syncs, 0);
+    // One flush syncs every sealed segment and the active one; a second has nothing to do.
+    store.flush().unwrap();
+    assert_eq!(store.stats().syncs, sealed + 1);
+    store.flush().unwrap();
+    assert_eq!(store.stats().syncs, sealed + 1);
+    // A roll with nothing written since the flush leaves nothing to sync but the new file's
+    // directory entry.
+    for n in 40..48 {
+        store.put(id(n), &data(n, 1000)).unwrap();
+    }
+    store.flush().unwrap();
+    let after = store.stats().syncs;
+    assert!(after > sealed + 1, "{after}");
+    drop(store);
+    let store = Store::open(cfg).unwrap();
+    for n in 0..48 {
+        assert_eq!(
+            store.get(&id(n)).as_deref(),
+            Some(&data(n, 1000)[..]),
+            "{n}"
+        );
+    }
+}
+
+#[test]
+fn a_size_based_sync_covers_the_segments_sealed_before_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = StoreConfig {
+        segment_bytes: 8 << 10,
+        sync_bytes: Some(20 << 10),
+        ..disk_cfg(tmp.path())
+    };
+    let store = Store::open(cfg).unwrap();
+    // The 20 KiB are counted across the 8 KiB segments: the first sync comes after about 20
+    // records, and syncs the segments sealed before it as well as the active one.
+    let mut n = 0;
+    while store.stats().syncs == 0 {
+        store.put(id(n), &data(n, 1000)).unwrap();
+        n += 1;
+        assert!(n < 40, "no size-based sync");
+    }
+    assert!(n >= 18, "synced after {n} records");
+    assert_eq!(store.stats().syncs, segment_files(tmp.path()).len() as u64);
+}
