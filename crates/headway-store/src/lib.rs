@@ -74,7 +74,8 @@
 //!
 //! # Blocking
 //!
-//! `put` does one `pwrite` (plus an occasional size-based `fdatasync` or file creation/deletion), and so
+//! `put` does one `pwrite` (plus an occasional size-based `fdatasync`, file creation, or deletion
+//! of an evicted segment unless [`StoreConfig::deferred_removal`] leaves that to the flush), and so
 //! does a `record_many` of a frame's chunks (the index stays write-locked for it), `get`
 //! and `run` one `pread` per chunk not in the memory tier. These are short on a local disk; from
 //! a tokio runtime, call them directly for small chunks or through `spawn_blocking` for long
@@ -123,9 +124,15 @@ pub struct StoreConfig {
     /// Size at which a segment is sealed and the next one started, in bytes
     /// (4 KiB ..= 1 GiB). Eviction frees one segment at a time.
     pub segment_bytes: u64,
-    /// Sync the newest segment's data after this many appended bytes; `None` syncs only when a
-    /// segment is sealed, on [`Store::flush`] and on drop.
+    /// Sync after this many appended bytes (the newest segment's data and every segment sealed
+    /// since the last sync); `None` syncs only on [`Store::flush`] and on drop.
     pub sync_bytes: Option<u64>,
+    /// Leave the deletion of evicted segment files to [`Store::flush`] instead of doing it
+    /// inside the `put` that evicts them, under the writer lock: unlinking a 64 MiB segment took
+    /// ~30 ms on a VM's ext4 disk, during which every other `put` waited. The files are out of
+    /// the index at once (never read again); until the next flush they may hold the disk over
+    /// `max_bytes`. For a store that is flushed regularly (the appliance: every second).
+    pub deferred_removal: bool,
 }
 
 impl StoreConfig {
@@ -147,6 +154,7 @@ impl StoreConfig {
                 .min(max_bytes / 4)
                 .max(MIN_SEGMENT_BYTES),
             sync_bytes: Some(Self::DEFAULT_SYNC_BYTES),
+            deferred_removal: false,
         }
     }
 
@@ -158,6 +166,7 @@ impl StoreConfig {
             memory_bytes,
             segment_bytes: Self::DEFAULT_SEGMENT_BYTES,
             sync_bytes: None,
+            deferred_removal: false,
         }
     }
 }

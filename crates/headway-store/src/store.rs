@@ -160,6 +160,9 @@ struct Writer {
     sealed: Vec<Arc<Segment>>,
     /// A segment file was created since the directory was last synced.
     dir_unsynced: bool,
+    /// Evicted segments whose files [`Store::flush`] deletes
+    /// ([`StoreConfig::deferred_removal`]).
+    doomed: Vec<Arc<Segment>>,
     next_seq: u64,
     next_number: u32,
     /// Reused record buffer, so an append costs no allocation.
@@ -463,8 +466,7 @@ impl Store {
         idx.disk_bytes += rec_bytes;
         let doomed = idx.evict_disk(self.cfg.max_bytes, &self.counters);
         drop(idx);
-        // Still under the writer lock, so no new segment can reuse a number being deleted.
-        remove_segments(&doomed);
+        self.discard(w, doomed);
         let synced = match self.cfg.sync_bytes {
             Some(n) if w.unsynced >= n => self.sync(&seg, w),
             _ => Ok(()),
@@ -605,8 +607,7 @@ impl Store {
             );
             idx.evict_disk(self.cfg.max_bytes, &self.counters)
         };
-        // Still under the writer lock, so no new segment can reuse a number being deleted.
-        remove_segments(&doomed);
+        self.discard(w, doomed);
         // The record is published before the size-based sync: if the sync fails the caller gets
         // the error, but the store stays consistent with its file (the chunk is there).
         let synced = match self.cfg.sync_bytes {
@@ -735,6 +736,14 @@ impl Store {
     pub fn flush(&self) -> Result<(), StoreError> {
         let (pending, active, unsynced) = {
             let mut w = self.writer.lock();
+            let doomed = std::mem::take(&mut w.doomed);
+            if !doomed.is_empty() {
+                // Outside the lock: a roll meanwhile could only reuse one of these numbers after
+                // they wrap, and `remove_segments` deletes only the file each segment opened.
+                drop(w);
+                remove_segments(&doomed);
+                w = self.writer.lock();
+            }
             let pending = Pending::take(&mut w);
             let active = match w.active.clone() {
                 Some(seg) if w.unsynced > 0 => Some(seg),
@@ -829,6 +838,17 @@ impl Store {
         Some(data)
     }
 
+    /// Deletes the files of evicted segments now, or queues them for [`Store::flush`] with
+    /// [`StoreConfig::deferred_removal`]. Called under the writer lock, so no new segment can
+    /// take the number of one being deleted (a roll deletes a queued file of its number first).
+    fn discard(&self, w: &mut Writer, doomed: Vec<Arc<Segment>>) {
+        if self.cfg.deferred_removal {
+            w.doomed.extend(doomed);
+        } else {
+            remove_segments(&doomed);
+        }
+    }
+
     fn sync(&self, seg: &Segment, w: &mut Writer) -> Result<(), StoreError> {
         let pending = Pending::take(w);
         if let Err(e) = self.sync_pending(&pending, Some(seg)) {
@@ -866,6 +886,9 @@ impl Store {
             if w.unsynced > 0 {
                 w.sealed.push(seg);
             }
+        }
+        if let Some(i) = w.doomed.iter().position(|d| d.number == w.next_number) {
+            remove_segments(&[w.doomed.swap_remove(i)]);
         }
         let seg = create_segment(dir, w.next_number)?;
         w.dir_unsynced = true;
@@ -1209,9 +1232,17 @@ fn create_segment(dir: &Path, number: u32) -> Result<Arc<Segment>, StoreError> {
 }
 
 fn remove_segments(doomed: &[Arc<Segment>]) {
+    use std::os::unix::fs::MetadataExt;
     // Failure leaves a stale file that the next open scans again as the oldest segment and
     // evicts again if the store is still full; nothing to report to the caller of `put`.
     for seg in doomed {
+        // Only the file this segment opened: after the numbers wrap a newer segment could
+        // carry the same name.
+        let same = |a: &fs::Metadata, b: &fs::Metadata| a.dev() == b.dev() && a.ino() == b.ino();
+        match (fs::metadata(&seg.path), seg.file.metadata()) {
+            (Ok(on_disk), Ok(ours)) if !same(&on_disk, &ours) => continue,
+            _ => {}
+        }
         let _ = fs::remove_file(&seg.path);
     }
 }

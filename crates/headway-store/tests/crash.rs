@@ -35,6 +35,7 @@ fn cfg(dir: &std::path::Path) -> StoreConfig {
         // Small segments so the kill also lands around segment rolls and evictions.
         segment_bytes: SEGMENT_BYTES,
         sync_bytes: Some(32 << 10),
+        deferred_removal: false,
     }
 }
 

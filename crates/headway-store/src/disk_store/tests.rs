@@ -49,6 +49,7 @@ fn small_disk(dir: &Path) -> StoreConfig {
         memory_bytes: 0,
         segment_bytes: 4096,
         sync_bytes: None,
+        deferred_removal: false,
     }
 }
 

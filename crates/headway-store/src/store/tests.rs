@@ -26,6 +26,7 @@ fn disk_cfg(dir: &Path) -> StoreConfig {
         memory_bytes: 0,
         segment_bytes: 16 << 20,
         sync_bytes: None,
+        deferred_removal: false,
     }
 }
 
@@ -701,4 +702,51 @@ fn a_size_based_sync_covers_the_segments_sealed_before_it() {
     }
     assert!(n >= 18, "synced after {n} records");
     assert_eq!(store.stats().syncs, segment_files(tmp.path()).len() as u64);
+}
+
+#[test]
+fn deferred_removal_leaves_evicted_files_to_the_flush() {
+    let tmp = tempfile::tempdir().unwrap();
+    let seg = 4096u64;
+    let max = 4 * seg;
+    let cfg = StoreConfig {
+        max_bytes: max,
+        segment_bytes: seg,
+        deferred_removal: true,
+        ..disk_cfg(tmp.path())
+    };
+    let store = Store::open(cfg.clone()).unwrap();
+    for n in 0..200u64 {
+        store.put(id(n), &data(n, 500)).unwrap();
+        // The index stays within its bound at once; the files wait for the flush.
+        assert!(store.stats().disk_bytes <= max + seg);
+    }
+    let st = store.stats();
+    assert!(st.evicted_segments > 4, "{st:?}");
+    let files = segment_files(tmp.path()).len() as u64;
+    assert_eq!(files, st.segments + st.evicted_segments);
+    let oldest = (0..200).find(|&n| store.contains(&id(n))).unwrap();
+    assert!(oldest > 0);
+    assert_eq!(
+        store.get(&id(0)),
+        None,
+        "an evicted chunk is never read back"
+    );
+    store.flush().unwrap();
+    assert_eq!(segment_files(tmp.path()).len() as u64, st.segments);
+    assert_eq!(store.stats().disk_bytes, dir_bytes(tmp.path()));
+    for n in oldest..200 {
+        assert_eq!(store.get(&id(n)).as_deref(), Some(&data(n, 500)[..]));
+    }
+    // Evictions after the flush are deleted by the drop's flush; a reopened store holds
+    // exactly what the index held.
+    for n in 200..260u64 {
+        store.put(id(n), &data(n, 500)).unwrap();
+    }
+    let segments = store.stats().segments;
+    drop(store);
+    assert_eq!(segment_files(tmp.path()).len() as u64, segments);
+    let store = Store::open(cfg).unwrap();
+    assert_eq!(store.stats().disk_bytes, dir_bytes(tmp.path()));
+    assert_eq!(store.get(&id(259)).as_deref(), Some(&data(259, 500)[..]));
 }
