@@ -206,7 +206,7 @@ pub struct StoreStats {
     pub discarded_bytes: u64,
     /// Reads that failed the CRC or header check, or could not be read.
     pub corrupt_reads: u64,
-    /// Data syncs performed.
+    /// Data syncs performed (one per segment file synced).
     pub syncs: u64,
 }
 

@@ -727,8 +727,10 @@ impl Store {
         }
     }
 
-    /// Syncs the newest segment's data to disk: every record `put` before this call survives a
-    /// crash after it returns. A no-op for a memory-only store.
+    /// Syncs to disk the segments sealed since the last sync, the newest segment's data and the
+    /// directory entries of new segments: every record `put` before this call survives a crash
+    /// after it returns. Deletes the files of segments evicted meanwhile
+    /// ([`StoreConfig::deferred_removal`]). A no-op for a memory-only store.
     ///
     /// The sync runs without the writer lock, so appends go on meanwhile (a sync can take as
     /// long as the disk needs for everything written since the last one: held under the lock,

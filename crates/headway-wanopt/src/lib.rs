@@ -400,7 +400,8 @@ impl Drop for Appliance {
     }
 }
 
-/// Syncs the disk store every [`FLUSH_EVERY`], off the async workers, until aborted.
+/// Syncs the disk store every [`FLUSH_EVERY`] (and deletes the segment files it evicted
+/// meanwhile), off the async workers, until aborted.
 async fn flush_periodically(disk: Arc<store::DiskSlot>) {
     let mut tick = tokio::time::interval(FLUSH_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
