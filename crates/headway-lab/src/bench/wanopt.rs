@@ -372,7 +372,7 @@ fn optimized_run(
 /// The run with the median first pass (the upper one of an even count; a download that hit
 /// the cell's limit counts as the slowest), given the median second pass of all runs, and every
 /// run's first pass in run order.
-fn median_run(runs: Vec<Cell>) -> (Cell, Vec<Option<f64>>) {
+fn median_run(mut runs: Vec<Cell>) -> (Cell, Vec<Option<f64>>) {
     if runs.is_empty() {
         return (Cell::default(), Vec::new());
     }
@@ -381,7 +381,6 @@ fn median_run(runs: Vec<Cell>) -> (Cell, Vec<Option<f64>>) {
     let mut seconds: Vec<Option<f64>> = runs.iter().map(|r| r.second).collect();
     seconds.sort_by(|a, b| slowest_last(a).total_cmp(&slowest_last(b)));
     let second = seconds.get(seconds.len() / 2).copied().flatten();
-    let mut runs = runs;
     runs.sort_by(|a, b| slowest_last(&a.first).total_cmp(&slowest_last(&b.first)));
     let mid = runs.len() / 2;
     let mut cell = runs.swap_remove(mid);
@@ -518,10 +517,10 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
             "{} {}M/{}ms/{}%",
             c.file, c.bandwidth_mbps, c.rtt_ms, c.loss_pct
         );
-        let mut cell = Cell::default();
+        let mut baseline = None;
         if !args.skip_baseline {
             pair.stop_both()?;
-            cell.baseline = timed_fetch(
+            baseline = timed_fetch(
                 &lab,
                 &exe,
                 &listen,
@@ -548,9 +547,7 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
                 args.cell_timeout,
             )?);
         }
-        let (median, first_runs) = median_run(runs);
-        let baseline = cell.baseline;
-        let mut cell = median;
+        let (mut cell, first_runs) = median_run(runs);
         cell.baseline = baseline;
         let size = headway_origin::corpus::file(c.file).map_or(0, |d| d.size());
         // Goodput over the whole download, over the body alone (from the response header
