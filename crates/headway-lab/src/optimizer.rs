@@ -103,7 +103,10 @@ pub struct Pair<'a> {
 }
 
 impl<'a> Pair<'a> {
-    /// Writes identities, the dedup key and both configs (appliances not started).
+    /// Writes identities, the dedup key and both configs (appliances not started), and wipes
+    /// both disk stores: their chunks were fingerprinted with an earlier pair's key, so they
+    /// could never match again, and a full store left by an earlier run would only make the
+    /// first start slow (every segment scanned at open).
     pub fn new(lab: &'a Lab, exe: &str, opts: &PairOptions) -> Result<Pair<'a>> {
         let dir = lab.state_dir().join("wanopt");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -132,6 +135,9 @@ impl<'a> Pair<'a> {
             rtt: opts.rtt,
         };
         pair.write_configs(opts, &fingerprints)?;
+        Side::BOTH
+            .into_iter()
+            .try_for_each(|s| pair.wipe_store(s))?;
         Ok(pair)
     }
 
