@@ -30,6 +30,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::cache::Cache;
 use crate::record::{Record, RecordError, RecordRepr, HEADER_LEN, MAX_CHUNK_LEN};
+use crate::summary::{self, Builder as SummaryBuilder, Entry};
 use crate::{
     ChunkId, Seq, StoreConfig, StoreError, StoreStats, MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
 };
@@ -167,7 +168,21 @@ struct Writer {
     next_number: u32,
     /// Reused record buffer, so an append costs no allocation.
     buf: Vec<u8>,
+    /// The summary of `active` so far (disk store).
+    summary: Option<SummaryBuilder>,
+    /// Summaries of sealed segments, written by the next [`Store::flush`] once their segment
+    /// is synced (at most [`MAX_QUEUED_SUMMARIES`]: a store nobody flushes drops the oldest,
+    /// whose segments are then scanned at open).
+    summaries: VecDeque<(Arc<Segment>, Vec<u8>)>,
 }
+
+/// Most sealed segments' summaries held in RAM until a flush writes them.
+const MAX_QUEUED_SUMMARIES: usize = 8;
+
+/// A segment's summary keeps one entry per this many segment bytes at most: a segment of
+/// smaller records (on average) gets no summary and is scanned at open. Records of 1 KiB
+/// chunks are 1,116 bytes; the bound keeps a 64 MiB segment's summary under 12 MiB.
+const MIN_BYTES_PER_SUMMARY_ENTRY: u64 = 512;
 
 /// What a sync must cover besides the active segment: taken from the [`Writer`] under its
 /// lock, synced outside it by [`Store::flush`], and put back if the sync fails.
@@ -208,6 +223,7 @@ struct Counters {
     discarded_bytes: AtomicU64,
     corrupt_reads: AtomicU64,
     syncs: AtomicU64,
+    summarized_segments: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -223,9 +239,10 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Sto
 }
 
 impl Store {
-    /// Opens (or creates) a store. For a disk store this scans every segment in the directory,
-    /// checks every record's CRC, truncates a torn tail of the newest segment and rebuilds the
-    /// index; it then evicts old segments if the directory is over `max_bytes`.
+    /// Opens (or creates) a store. For a disk store this reads every sealed segment's summary
+    /// (scanning the segment instead, checking every record's CRC, where it has none that
+    /// matches), scans the newest segment, truncates a torn tail of the newest segment and
+    /// rebuilds the index; it then evicts old segments if the directory is over `max_bytes`.
     pub fn open(cfg: StoreConfig) -> Result<Store, StoreError> {
         validate(&cfg)?;
         let lock = cfg.dir.as_deref().map(lock_dir).transpose()?;
@@ -374,6 +391,7 @@ impl Store {
         let mut buf = std::mem::take(&mut w.buf);
         buf.clear();
         let first_seq = w.next_seq;
+        let summarized = w.summary.as_ref().map_or(0, SummaryBuilder::len);
         let prev_before = *prev;
         // Positions in `chunks` of the chunks that got a record in this write.
         let mut staged: Vec<usize> = Vec::new();
@@ -401,6 +419,16 @@ impl Store {
                 let at = buf.len();
                 buf.resize(at + repr.buffer_len(), 0);
                 repr.emit(&mut buf[at..], data);
+                if let Some(b) = &mut w.summary {
+                    b.push(&Entry {
+                        seq: repr.seq,
+                        off: off as u32,
+                        len: repr.len,
+                        id: *id,
+                        prev: repr.prev,
+                        peer: repr.peer,
+                    });
+                }
                 let loc = Loc::Disk {
                     seg: seg.clone(),
                     off: off as u32,
@@ -452,6 +480,9 @@ impl Store {
             }
             drop(idx);
             w.next_seq = first_seq;
+            if let Some(b) = &mut w.summary {
+                b.truncate(summarized);
+            }
             w.buf = buf;
             probes.truncate(probes.len() - taken);
             *prev = prev_before;
@@ -582,6 +613,16 @@ impl Store {
             let _ = seg.file.set_len(off);
             return Err(io_err("append to", &seg.path)(e));
         }
+        if let Some(b) = &mut w.summary {
+            b.push(&Entry {
+                seq,
+                off: off as u32,
+                len: repr.len,
+                id,
+                prev,
+                peer: repr.peer,
+            });
+        }
         w.len += rec_len;
         w.next_seq += 1;
         w.unsynced += rec_len;
@@ -695,6 +736,8 @@ impl Store {
         self.cache.lock().clear();
         remove_segments(&doomed);
         w.active = None;
+        w.summary = None;
+        w.summaries.clear();
         w.sealed.clear();
         w.len = 0;
         w.unsynced = 0;
@@ -724,19 +767,22 @@ impl Store {
             discarded_bytes: get(&c.discarded_bytes),
             corrupt_reads: get(&c.corrupt_reads),
             syncs: get(&c.syncs),
+            summarized_segments: get(&c.summarized_segments),
         }
     }
 
     /// Syncs to disk the segments sealed since the last sync, the newest segment's data and the
     /// directory entries of new segments: every record `put` before this call survives a crash
     /// after it returns. Deletes the files of segments evicted meanwhile
-    /// ([`StoreConfig::deferred_removal`]). A no-op for a memory-only store.
+    /// ([`StoreConfig::deferred_removal`]), and then writes the summaries of the segments
+    /// sealed since the last flush ([`crate::summary`]), so the next open reads those instead of
+    /// scanning the segments. A no-op for a memory-only store.
     ///
     /// The sync runs without the writer lock, so appends go on meanwhile (a sync can take as
     /// long as the disk needs for everything written since the last one: held under the lock,
     /// it stopped every flow's `record` for that long).
     pub fn flush(&self) -> Result<(), StoreError> {
-        let (pending, active, unsynced) = {
+        let (pending, active, unsynced, summaries) = {
             let mut w = self.writer.lock();
             let doomed = std::mem::take(&mut w.doomed);
             if !doomed.is_empty() {
@@ -751,17 +797,22 @@ impl Store {
                 Some(seg) if w.unsynced > 0 => Some(seg),
                 _ => None,
             };
-            if pending.is_empty() && active.is_none() {
+            let summaries = std::mem::take(&mut w.summaries);
+            if pending.is_empty() && active.is_none() && summaries.is_empty() {
                 return Ok(());
             }
             let unsynced = std::mem::take(&mut w.unsynced);
-            (pending, active, unsynced)
+            (pending, active, unsynced, summaries)
         };
         // Records appended meanwhile are counted for the next sync; a roll meanwhile queues
         // `active` as sealed (with what was appended since), so it is synced again then.
         if let Err(e) = self.sync_pending(&pending, active.as_deref()) {
             let mut w = self.writer.lock();
             pending.put_back(&mut w);
+            for s in summaries.into_iter().rev() {
+                w.summaries.push_front(s);
+            }
+            w.summaries.truncate(MAX_QUEUED_SUMMARIES);
             match (&active, &w.active) {
                 (Some(a), Some(now)) if Arc::ptr_eq(a, now) => w.unsynced += unsynced,
                 (Some(a), _) if !w.sealed.iter().any(|s| Arc::ptr_eq(s, a)) => {
@@ -771,7 +822,31 @@ impl Store {
             }
             return Err(e);
         }
+        self.write_summaries(summaries);
         Ok(())
+    }
+
+    /// Writes the summaries of sealed segments (all synced by now) beside them, skipping
+    /// segments evicted meanwhile. Best effort: a summary that fails to be written, or is torn
+    /// by a crash, only means its segment is scanned at open. Not synced for the same reason.
+    fn write_summaries(&self, summaries: VecDeque<(Arc<Segment>, Vec<u8>)>) {
+        for (seg, bytes) in summaries {
+            let indexed = self
+                .index
+                .read()
+                .segments
+                .iter()
+                .any(|i| Arc::ptr_eq(&i.seg, &seg));
+            if indexed {
+                let _ = fs::write(summary_path(&seg.path), bytes);
+            }
+        }
+    }
+
+    /// The builder of a new active segment's summary.
+    fn summary_builder(&self) -> SummaryBuilder {
+        let max = self.cfg.segment_bytes / MIN_BYTES_PER_SUMMARY_ENTRY;
+        SummaryBuilder::new(usize::try_from(max).unwrap_or(usize::MAX))
     }
 
     fn count(&self, hit: bool) {
@@ -885,6 +960,12 @@ impl Store {
     /// per roll on a VM's disk (longer on a slow one).
     fn roll(&self, dir: &Path, w: &mut Writer) -> Result<(), StoreError> {
         if let Some(seg) = w.active.take() {
+            if let Some(bytes) = w.summary.take().and_then(|b| b.finish(seg.number, w.len)) {
+                if w.summaries.len() >= MAX_QUEUED_SUMMARIES {
+                    w.summaries.pop_front();
+                }
+                w.summaries.push_back((seg.clone(), bytes));
+            }
             if w.unsynced > 0 {
                 w.sealed.push(seg);
             }
@@ -896,6 +977,7 @@ impl Store {
         w.dir_unsynced = true;
         w.next_number = w.next_number.wrapping_add(1);
         w.active = Some(seg.clone());
+        w.summary = Some(self.summary_builder());
         w.len = 0;
         self.index
             .write()
@@ -904,17 +986,25 @@ impl Store {
         Ok(())
     }
 
-    /// Rebuilds the index from the segment files in `dir` (see the crate doc, "Durability").
+    /// Rebuilds the index from the segment files in `dir` (see the crate doc, "Durability"):
+    /// each sealed segment from its summary where a valid one describes it, else (and the
+    /// newest segment always) by a scan.
     fn recover(&self, dir: &Path) -> Result<(), StoreError> {
         fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
         let mut numbers = Vec::new();
+        let mut summarized = Vec::new();
         for entry in fs::read_dir(dir).map_err(io_err("list directory", dir))? {
             let entry = entry.map_err(io_err("list directory", dir))?;
-            if let Some(n) = entry.file_name().to_str().and_then(parse_segment_name) {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if let Some(n) = parse_segment_name(name, SEGMENT_EXT) {
                 numbers.push(n);
+            } else if let Some(n) = parse_segment_name(name, SUMMARY_EXT) {
+                summarized.push(n);
             }
         }
         numbers.sort_unstable();
+        summarized.sort_unstable();
 
         let mut w = self.writer.lock();
         let mut idx = self.index.write();
@@ -927,7 +1017,22 @@ impl Store {
                 .open(&path)
                 .map_err(io_err("open segment", &path))?;
             let seg = Arc::new(Segment { number, path, file });
-            let scan = scan_segment(&seg, &mut last_seq)?;
+            let newest = i + 1 == numbers.len();
+            let from_summary = if newest || summarized.binary_search(&number).is_err() {
+                None
+            } else {
+                self.read_summary(&seg, last_seq)?
+            };
+            let scan = match from_summary {
+                Some(scan) => {
+                    bump(&self.counters.summarized_segments, 1);
+                    if let Some(e) = scan.records.last() {
+                        last_seq = Some(e.seq);
+                    }
+                    scan
+                }
+                None => scan_segment(&seg, &mut last_seq)?,
+            };
             let mut len = scan.file_len;
             if scan.valid_len < scan.file_len {
                 bump(&self.counters.torn_tails, 1);
@@ -935,7 +1040,7 @@ impl Store {
                     &self.counters.discarded_bytes,
                     scan.file_len - scan.valid_len,
                 );
-                if i + 1 == numbers.len() {
+                if newest {
                     // The newest segment is appended to: cut the torn tail so new records follow
                     // the last valid one.
                     seg.file
@@ -945,6 +1050,13 @@ impl Store {
                     len = scan.valid_len;
                 }
             }
+            if newest {
+                // Its summary so far, completed by later appends and written once it is sealed.
+                let mut b = self.summary_builder();
+                scan.records.iter().for_each(|e| b.push(e));
+                w.summary = Some(b);
+            }
+            idx.map.reserve(scan.records.len());
             for r in scan.records {
                 idx.push(
                     Slot {
@@ -957,11 +1069,18 @@ impl Store {
                         },
                     },
                     r.prev,
-                    r.peer,
+                    r.peer.map(PeerId),
                 );
             }
             idx.disk_bytes += len;
             idx.segments.push_back(SegInfo { seg, len });
+        }
+        // Summaries of segments that are gone, and of the newest one (it is appended to: its
+        // summary is written again when it is sealed).
+        for n in summarized {
+            if numbers.binary_search(&n).is_err() || numbers.last() == Some(&n) {
+                let _ = fs::remove_file(summary_path(&dir.join(segment_name(n))));
+            }
         }
         w.next_seq = last_seq.map_or(0, |s| s + 1);
         match idx.segments.back() {
@@ -973,6 +1092,7 @@ impl Store {
             None => {
                 let seg = create_segment(dir, 0)?;
                 w.active = Some(seg.clone());
+                w.summary = Some(self.summary_builder());
                 w.next_number = 1;
                 idx.segments.push_back(SegInfo { seg, len: 0 });
             }
@@ -981,6 +1101,38 @@ impl Store {
         drop(idx);
         remove_segments(&doomed);
         Ok(())
+    }
+
+    /// The records of sealed segment `seg` from its summary, if one is there, is valid, matches
+    /// the file's current length and continues the seqs after `last_seq`; `None` otherwise (the
+    /// segment is then scanned).
+    fn read_summary(
+        &self,
+        seg: &Segment,
+        last_seq: Option<u64>,
+    ) -> Result<Option<Scan>, StoreError> {
+        let file_len = seg
+            .file
+            .metadata()
+            .map_err(io_err("stat segment", &seg.path))?
+            .len();
+        let Ok(bytes) = fs::read(summary_path(&seg.path)) else {
+            return Ok(None);
+        };
+        let Ok(records) = summary::parse(&bytes, seg.number, file_len) else {
+            return Ok(None);
+        };
+        if records
+            .first()
+            .is_some_and(|e| last_seq.is_some_and(|l| e.seq <= l))
+        {
+            return Ok(None);
+        }
+        Ok(Some(Scan {
+            records,
+            valid_len: file_len,
+            file_len,
+        }))
     }
 }
 
@@ -1106,25 +1258,13 @@ impl Index {
     }
 }
 
-/// Result of scanning one segment file.
+/// Result of scanning one segment file (or reading its summary).
 struct Scan {
     /// Every valid record, in file order.
-    records: Vec<Scanned>,
+    records: Vec<Entry>,
     /// Length of the valid prefix.
     valid_len: u64,
     file_len: u64,
-}
-
-/// One valid record found by [`scan_segment`].
-struct Scanned {
-    seq: u64,
-    id: ChunkId,
-    /// Offset of the record in the file.
-    off: u32,
-    /// Data length.
-    len: u32,
-    prev: Option<ChunkId>,
-    peer: Option<PeerId>,
 }
 
 /// Reads `seg` front to back and returns its valid prefix: records that are complete, pass
@@ -1173,13 +1313,13 @@ fn scan_segment(seg: &Segment, last_seq: &mut Option<u64>) -> Result<Scan, Store
             break;
         }
         *last_seq = Some(repr.seq);
-        records.push(Scanned {
+        records.push(Entry {
             seq: repr.seq,
-            id: repr.id,
             off: off32,
             len: repr.len,
+            id: repr.id,
             prev: repr.prev,
-            peer: repr.peer.map(PeerId),
+            peer: repr.peer,
         });
         off += repr.buffer_len() as u64;
     }
@@ -1221,6 +1361,9 @@ fn lock_dir(dir: &Path) -> Result<Flock<File>, StoreError> {
 
 fn create_segment(dir: &Path, number: u32) -> Result<Arc<Segment>, StoreError> {
     let path = dir.join(segment_name(number));
+    // A summary left by an earlier segment of this number (after the numbers wrapped) would
+    // not match the new file's length and seqs anyway; it goes before the file is reused.
+    let _ = fs::remove_file(summary_path(&path));
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -1245,16 +1388,32 @@ fn remove_segments(doomed: &[Arc<Segment>]) {
             (Ok(on_disk), Ok(ours)) if !same(&on_disk, &ours) => continue,
             _ => {}
         }
+        let _ = fs::remove_file(summary_path(&seg.path));
         let _ = fs::remove_file(&seg.path);
     }
 }
 
 fn segment_name(number: u32) -> String {
-    format!("seg-{number:010}.hws")
+    format!("seg-{number:010}.{SEGMENT_EXT}")
 }
 
-fn parse_segment_name(name: &str) -> Option<u32> {
-    let digits = name.strip_prefix("seg-")?.strip_suffix(".hws")?;
+/// Extension of segment files.
+const SEGMENT_EXT: &str = "hws";
+/// Extension of segment summaries (see [`crate::summary`]).
+const SUMMARY_EXT: &str = "hwx";
+
+/// The summary file of the segment at `segment`.
+fn summary_path(segment: &Path) -> PathBuf {
+    segment.with_extension(SUMMARY_EXT)
+}
+
+/// The number in a segment's file name (`ext` [`SEGMENT_EXT`]) or its summary's
+/// ([`SUMMARY_EXT`]).
+fn parse_segment_name(name: &str, ext: &str) -> Option<u32> {
+    let digits = name
+        .strip_prefix("seg-")?
+        .strip_suffix(ext)?
+        .strip_suffix('.')?;
     if digits.len() != 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }

@@ -30,14 +30,29 @@ fn disk_cfg(dir: &Path) -> StoreConfig {
     }
 }
 
-fn segment_files(dir: &Path) -> Vec<PathBuf> {
+fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {
     let mut v: Vec<_> = fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "hws"))
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
         .collect();
     v.sort();
     v
+}
+
+fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    files_with_ext(dir, SEGMENT_EXT)
+}
+
+fn summary_files(dir: &Path) -> Vec<PathBuf> {
+    files_with_ext(dir, SUMMARY_EXT)
+}
+
+/// Deletes the segment summaries in `dir`; returns how many there were.
+fn remove_summaries(dir: &Path) -> usize {
+    let files = summary_files(dir);
+    files.iter().for_each(|p| fs::remove_file(p).unwrap());
+    files.len()
 }
 
 fn dir_bytes(dir: &Path) -> u64 {
@@ -300,14 +315,17 @@ fn corrupt_sealed_segment_keeps_its_prefix_and_runs_do_not_cross_the_gap() {
         }
         assert_eq!(store.stats().segments, 3);
     }
-    // Corrupt the header of record 2 of the first (sealed) segment.
+    // Corrupt the header of record 2 of the first (sealed) segment, and remove the summaries
+    // so that the segments are scanned (see `a_summarized_segment_loses_only_its_corrupt_record`).
     let file = &segment_files(tmp.path())[0];
     let mut bytes = fs::read(file).unwrap();
     bytes[2 * rec + 20] ^= 1;
     fs::write(file, &bytes).unwrap();
+    assert_eq!(remove_summaries(tmp.path()), 2);
 
     let store = Store::open(cfg).unwrap();
     let st = store.stats();
+    assert_eq!(st.summarized_segments, 0);
     assert_eq!(st.torn_tails, 1);
     assert_eq!(st.discarded_bytes, ((per_segment - 2) * rec) as u64);
     // The sealed file keeps its length (it is still on disk) and counts toward disk usage.
@@ -631,10 +649,10 @@ fn foreign_files_are_ignored() {
 #[test]
 fn segment_names_round_trip() {
     for n in [0, 1, 42, u32::MAX] {
-        assert_eq!(parse_segment_name(&segment_name(n)), Some(n));
+        assert_eq!(parse_segment_name(&segment_name(n), SEGMENT_EXT), Some(n));
     }
-    assert_eq!(parse_segment_name("seg-000000004x.hws"), None);
-    assert_eq!(parse_segment_name("seg-0000000042.tmp"), None);
+    assert_eq!(parse_segment_name("seg-000000004x.hws", SEGMENT_EXT), None);
+    assert_eq!(parse_segment_name("seg-0000000042.tmp", SEGMENT_EXT), None);
 }
 
 #[test]
@@ -749,4 +767,178 @@ fn deferred_removal_leaves_evicted_files_to_the_flush() {
     let store = Store::open(cfg).unwrap();
     assert_eq!(store.stats().disk_bytes, dir_bytes(tmp.path()));
     assert_eq!(store.get(&id(259)).as_deref(), Some(&data(259, 500)[..]));
+}
+
+/// A store of 4 KiB segments holding `n` records of 500 bytes (6 per segment), dropped (so
+/// flushed: every sealed segment's summary written).
+fn summarized_store(dir: &Path, n: u64) -> StoreConfig {
+    let cfg = StoreConfig {
+        segment_bytes: 4096,
+        ..disk_cfg(dir)
+    };
+    let store = Store::open(cfg.clone()).unwrap();
+    for k in 0..n {
+        store.put(id(k), &data(k, 500)).unwrap();
+    }
+    cfg
+}
+
+/// Everything a reader can see of `store` for chunks `0..n`.
+fn contents(store: &Store, n: u64) -> Vec<Option<Vec<u8>>> {
+    (0..n)
+        .map(|k| store.get(&id(k)).map(|d| d.to_vec()))
+        .collect()
+}
+
+#[test]
+fn sealed_segments_open_from_their_summaries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = summarized_store(tmp.path(), 30);
+    let segments = segment_files(tmp.path());
+    assert_eq!(segments.len(), 5);
+    // One summary per sealed segment, none for the newest (still appended to).
+    let summaries = summary_files(tmp.path());
+    assert_eq!(
+        summaries,
+        segments[..4]
+            .iter()
+            .map(|p| p.with_extension("hwx"))
+            .collect::<Vec<_>>()
+    );
+
+    let store = Store::open(cfg.clone()).unwrap();
+    let st = store.stats();
+    assert_eq!(st.summarized_segments, 4);
+    assert_eq!((st.records, st.chunks, st.segments), (30, 30, 5));
+    assert_eq!(st.disk_bytes, dir_bytes(tmp.path()));
+    for k in 0..30 {
+        assert_eq!(store.get(&id(k)).as_deref(), Some(&data(k, 500)[..]));
+    }
+    // Seqs continue after the summarized ones: a run crosses every segment into a new record.
+    store.put(id(30), &data(30, 500)).unwrap();
+    let run = store.run(&id(0), 31).unwrap();
+    assert_eq!(
+        run.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        (0..31).map(id).collect::<Vec<_>>()
+    );
+    assert_eq!(store.stats().corrupt_reads, 0);
+    drop(store);
+
+    // The same store opened by scanning every segment: the same contents and counts.
+    let summarized = Store::open(cfg.clone()).unwrap();
+    let want = (contents(&summarized, 31), summarized.stats().records);
+    drop(summarized);
+    assert!(remove_summaries(tmp.path()) > 0);
+    let scanned = Store::open(cfg).unwrap();
+    assert_eq!(scanned.stats().summarized_segments, 0);
+    assert_eq!((contents(&scanned, 31), scanned.stats().records), want);
+}
+
+#[test]
+fn a_summary_that_does_not_describe_its_segment_is_ignored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = summarized_store(tmp.path(), 30);
+    let segments = segment_files(tmp.path());
+    let summaries = summary_files(tmp.path());
+    // Summary 0: one flipped bit. Segment 1: grown by a torn record after its summary was
+    // written. A summary of segment 77, which does not exist.
+    let mut bytes = fs::read(&summaries[0]).unwrap();
+    bytes[100] ^= 4;
+    fs::write(&summaries[0], bytes).unwrap();
+    let mut seg1 = fs::read(&segments[1]).unwrap();
+    seg1.extend_from_slice(&[0x48, 0x57, 0x43, 2, 9]);
+    fs::write(&segments[1], seg1).unwrap();
+    let orphan = tmp.path().join(segment_name(77)).with_extension("hwx");
+    fs::copy(&summaries[2], &orphan).unwrap();
+
+    let store = Store::open(cfg).unwrap();
+    let st = store.stats();
+    assert_eq!(st.summarized_segments, 2, "segments 2 and 3 only");
+    assert_eq!(st.torn_tails, 1, "segment 1 was scanned and its tail found");
+    assert!(!orphan.exists(), "a summary without its segment is deleted");
+    for k in 0..30 {
+        assert_eq!(store.get(&id(k)).as_deref(), Some(&data(k, 500)[..]));
+    }
+    assert_eq!(store.run(&id(0), 30).map(|r| r.len()), Some(30));
+}
+
+#[test]
+fn a_summarized_segment_loses_only_its_corrupt_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = summarized_store(tmp.path(), 30);
+    let rec = HEADER_LEN + 500;
+    // A flipped bit in the data of record 2 of the first segment: its summary still matches
+    // the file (same length), so the record is indexed and its CRC is checked when read.
+    let file = &segment_files(tmp.path())[0];
+    let mut bytes = fs::read(file).unwrap();
+    bytes[2 * rec + HEADER_LEN + 7] ^= 1;
+    fs::write(file, &bytes).unwrap();
+
+    let store = Store::open(cfg).unwrap();
+    assert_eq!(store.stats().summarized_segments, 4);
+    for k in 0..30 {
+        let want = (k != 2).then(|| data(k, 500));
+        assert_eq!(store.get(&id(k)).map(|d| d.to_vec()), want, "chunk {k}");
+    }
+    assert_eq!(store.stats().corrupt_reads, 1);
+    assert_eq!(
+        store.run(&id(1), 2),
+        None,
+        "no run through the corrupt record"
+    );
+    assert_eq!(store.run(&id(3), 27).map(|r| r.len()), Some(27));
+}
+
+#[test]
+fn evicted_segments_take_their_summaries_with_them() {
+    for deferred_removal in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = StoreConfig {
+            max_bytes: 4 * 4096,
+            segment_bytes: 4096,
+            deferred_removal,
+            ..disk_cfg(tmp.path())
+        };
+        let store = Store::open(cfg.clone()).unwrap();
+        for k in 0..100u64 {
+            store.put(id(k), &data(k, 500)).unwrap();
+            if k % 10 == 0 {
+                store.flush().unwrap();
+            }
+        }
+        store.flush().unwrap();
+        let st = store.stats();
+        assert!(st.evicted_segments > 5, "{st:?}");
+        let segments = segment_files(tmp.path());
+        assert_eq!(segments.len() as u64, st.segments);
+        // Every summary belongs to a segment still on disk.
+        for s in summary_files(tmp.path()) {
+            assert!(segments.contains(&s.with_extension("hws")), "{s:?}");
+        }
+        drop(store);
+        let store = Store::open(cfg).unwrap();
+        assert_eq!(store.stats().summarized_segments, st.segments - 1);
+        assert_eq!(store.get(&id(99)).as_deref(), Some(&data(99, 500)[..]));
+    }
+}
+
+#[test]
+fn the_newest_segment_is_summarized_with_its_records_from_before_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 27 records, 6 per segment: the newest segment (the fifth) holds records 24 to 26 when
+    // the store restarts, and gets 27 to 29 after it.
+    let cfg = summarized_store(tmp.path(), 27);
+    {
+        let store = Store::open(cfg.clone()).unwrap();
+        for k in 27..40 {
+            store.put(id(k), &data(k, 500)).unwrap();
+        }
+    }
+    let store = Store::open(cfg).unwrap();
+    assert_eq!(store.stats().summarized_segments, 6);
+    assert_eq!(store.stats().segments, 7);
+    for k in 0..40 {
+        assert_eq!(store.get(&id(k)).as_deref(), Some(&data(k, 500)[..]));
+    }
+    assert_eq!(store.run(&id(0), 40).map(|r| r.len()), Some(40));
 }
