@@ -2,14 +2,14 @@
 //! segment (the summaries set aside for that open), side by side.
 //!
 //! ```text
-//! cargo run --release -p headway-store --example open_time -- DIR [RECORDS]
+//! cargo run --release -p headway-store --example open_time -- DIR [RECORDS] [--cold]
 //! ```
 //!
 //! With `RECORDS`, first fills a fresh store in `DIR` (2 GiB bound, 64 MiB segments) with that
 //! many distinct 1,400-byte chunks, flushed every 20,000 records as the appliance's once-a-second
 //! flush would (1.4 million fill the 2 GiB). Then opens the store in `DIR` three times each way,
-//! alternating, and prints every time and the median of each. Drop the page cache between runs
-//! (`echo 3 > /proc/sys/vm/drop_caches` as root) to see a cold start instead.
+//! alternating, and prints every time and the median of each. With `--cold` (root only) the page
+//! cache is dropped before every open, as after a reboot.
 #![allow(missing_docs)]
 
 use std::path::{Path, PathBuf};
@@ -67,12 +67,30 @@ fn median(mut v: Vec<Duration>) -> f64 {
     v[v.len() / 2].as_secs_f64()
 }
 
+/// Writes dirty pages out and drops the page cache, dentries and inodes.
+fn drop_caches() {
+    let synced = std::process::Command::new("sync").status();
+    assert!(synced.is_ok_and(|s| s.success()), "sync failed");
+    std::fs::write("/proc/sys/vm/drop_caches", "3\n").expect("dropping the page cache (root only)");
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let dir = PathBuf::from(args.next().expect("usage: open_time DIR [RECORDS]"));
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cold = args.iter().any(|a| a == "--cold");
+    let mut args = args.into_iter().filter(|a| a != "--cold");
+    let dir = PathBuf::from(
+        args.next()
+            .expect("usage: open_time DIR [RECORDS] [--cold]"),
+    );
     if let Some(n) = args.next() {
         fill(&dir, n.parse().expect("RECORDS is a number"));
     }
+    let open = |dir: &Path| {
+        if cold {
+            drop_caches();
+        }
+        open(dir)
+    };
     let (mut summarized, mut scanned) = (Vec::new(), Vec::new());
     for _ in 0..3 {
         println!("from summaries:");

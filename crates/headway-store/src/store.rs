@@ -992,7 +992,7 @@ impl Store {
     fn recover(&self, dir: &Path) -> Result<(), StoreError> {
         fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
         let mut numbers = Vec::new();
-        let mut summarized = Vec::new();
+        let mut summary_numbers = Vec::new();
         for entry in fs::read_dir(dir).map_err(io_err("list directory", dir))? {
             let entry = entry.map_err(io_err("list directory", dir))?;
             let name = entry.file_name();
@@ -1000,11 +1000,11 @@ impl Store {
             if let Some(n) = parse_segment_name(name, SEGMENT_EXT) {
                 numbers.push(n);
             } else if let Some(n) = parse_segment_name(name, SUMMARY_EXT) {
-                summarized.push(n);
+                summary_numbers.push(n);
             }
         }
         numbers.sort_unstable();
-        summarized.sort_unstable();
+        summary_numbers.sort_unstable();
 
         let mut w = self.writer.lock();
         let mut idx = self.index.write();
@@ -1018,11 +1018,12 @@ impl Store {
                 .map_err(io_err("open segment", &path))?;
             let seg = Arc::new(Segment { number, path, file });
             let newest = i + 1 == numbers.len();
-            let from_summary = if newest || summarized.binary_search(&number).is_err() {
+            let from_summary = if newest || summary_numbers.binary_search(&number).is_err() {
                 None
             } else {
                 self.read_summary(&seg, last_seq)?
             };
+            let summarized = from_summary.is_some();
             let scan = match from_summary {
                 Some(scan) => {
                     bump(&self.counters.summarized_segments, 1);
@@ -1055,6 +1056,15 @@ impl Store {
                 let mut b = self.summary_builder();
                 scan.records.iter().for_each(|e| b.push(e));
                 w.summary = Some(b);
+            } else if !summarized && scan.valid_len == scan.file_len {
+                // A sealed segment scanned whole (its summary was never written, or the store
+                // predates summaries): write it now, so the next open reads that instead. Best
+                // effort, like every summary; what it describes was just read back intact.
+                let mut b = self.summary_builder();
+                scan.records.iter().for_each(|e| b.push(e));
+                if let Some(bytes) = b.finish(number, scan.file_len) {
+                    let _ = fs::write(summary_path(&seg.path), bytes);
+                }
             }
             idx.map.reserve(scan.records.len());
             for r in scan.records {
@@ -1077,7 +1087,7 @@ impl Store {
         }
         // Summaries of segments that are gone, and of the newest one (it is appended to: its
         // summary is written again when it is sealed).
-        for n in summarized {
+        for n in summary_numbers {
             if numbers.binary_search(&n).is_err() || numbers.last() == Some(&n) {
                 let _ = fs::remove_file(summary_path(&dir.join(segment_name(n))));
             }

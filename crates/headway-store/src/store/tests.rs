@@ -829,9 +829,16 @@ fn sealed_segments_open_from_their_summaries() {
     let want = (contents(&summarized, 31), summarized.stats().records);
     drop(summarized);
     assert!(remove_summaries(tmp.path()) > 0);
-    let scanned = Store::open(cfg).unwrap();
+    let scanned = Store::open(cfg.clone()).unwrap();
     assert_eq!(scanned.stats().summarized_segments, 0);
     assert_eq!((contents(&scanned, 31), scanned.stats().records), want);
+    drop(scanned);
+    // The scan wrote the summaries of the segments it read whole (a store from before
+    // summaries gets them at its first open).
+    assert_eq!(summary_files(tmp.path()).len(), 5);
+    let again = Store::open(cfg).unwrap();
+    assert_eq!(again.stats().summarized_segments, 5);
+    assert_eq!((contents(&again, 31), again.stats().records), want);
 }
 
 #[test]
