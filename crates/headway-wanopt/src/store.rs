@@ -43,7 +43,18 @@ impl Stores {
         let disk = match disk {
             Some(cfg) => {
                 let capacity = cfg.max_bytes;
+                let started = tokio::time::Instant::now();
                 let store = DiskStore::open(cfg)?;
+                let st = store.store().stats();
+                tracing::info!(
+                    records = st.records,
+                    bytes = st.disk_bytes,
+                    segments = st.segments,
+                    from_summaries = st.summarized_segments,
+                    torn_tails = st.torn_tails,
+                    ms = started.elapsed().as_millis() as u64,
+                    "disk store opened"
+                );
                 Some((Arc::new(DiskSlot(RwLock::new(Some(store)))), capacity))
             }
             None => None,
