@@ -79,8 +79,8 @@
 //! and one that does not match the file (or fails its own CRC) is ignored; an open that scans a
 //! sealed segment whole writes its summary (so a store from before summaries gets them). Opening
 //! a full 2 GiB store of 1.4 KiB chunks (`examples/open_time.rs`, medians of 3, 2-core VM) took
-//! 0.96 s from summaries against 1.49 s by scanning with the files in the page cache, and 1.33 s
-//! against 3.37 s from a cold cache. Records indexed from a summary are verified when they are
+//! 0.80 s from summaries against 1.63 s by scanning with the files in the page cache, and 1.08 s
+//! against 3.10 s from a cold cache. Records indexed from a summary are verified when they are
 //! read, like every record: a corrupt one in the middle of a summarized segment costs that
 //! record only.
 //!

@@ -993,6 +993,7 @@ impl Store {
         fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
         let mut numbers = Vec::new();
         let mut summary_numbers = Vec::new();
+        let mut expected = 0u64;
         for entry in fs::read_dir(dir).map_err(io_err("list directory", dir))? {
             let entry = entry.map_err(io_err("list directory", dir))?;
             let name = entry.file_name();
@@ -1001,6 +1002,10 @@ impl Store {
                 numbers.push(n);
             } else if let Some(n) = parse_segment_name(name, SUMMARY_EXT) {
                 summary_numbers.push(n);
+                // Its entry count, from its size: the index is sized once for all of them
+                // instead of growing (and rehashing) segment by segment.
+                let len = entry.metadata().map_or(0, |m| m.len());
+                expected += len.saturating_sub(summary::OVERHEAD as u64) / summary::ENTRY as u64;
             }
         }
         numbers.sort_unstable();
@@ -1008,6 +1013,9 @@ impl Store {
 
         let mut w = self.writer.lock();
         let mut idx = self.index.write();
+        let expected = usize::try_from(expected).unwrap_or(0);
+        idx.map.reserve(expected);
+        idx.log.reserve(expected);
         let mut last_seq: Option<u64> = None;
         for (i, &number) in numbers.iter().enumerate() {
             let path = dir.join(segment_name(number));

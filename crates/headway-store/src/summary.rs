@@ -51,6 +51,8 @@ pub const HEADER: usize = 24;
 pub const ENTRY: usize = 88;
 /// Size of the trailing CRC.
 const CRC: usize = 4;
+/// Bytes of a summary besides its entries (header and CRC).
+pub const OVERHEAD: usize = HEADER + CRC;
 
 const FLAG_PREV: u8 = 1;
 const FLAG_PEER: u8 = 2;
