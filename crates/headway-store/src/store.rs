@@ -1013,6 +1013,9 @@ impl Store {
 
         let mut w = self.writer.lock();
         let mut idx = self.index.write();
+        // Never more than the store could legitimately hold (summaries are only written for
+        // segments of at least this many bytes per record), whatever files lie in the directory.
+        let expected = expected.min(self.cfg.max_bytes / MIN_BYTES_PER_SUMMARY_ENTRY);
         let expected = usize::try_from(expected).unwrap_or(0);
         idx.map.reserve(expected);
         idx.log.reserve(expected);
@@ -1134,7 +1137,15 @@ impl Store {
             .metadata()
             .map_err(io_err("stat segment", &seg.path))?
             .len();
-        let Ok(bytes) = fs::read(summary_path(&seg.path)) else {
+        // A summary has one entry per record, and a record takes at least a header: a larger
+        // file is not one (and is not read into memory).
+        let path = summary_path(&seg.path);
+        let most =
+            (file_len / HEADER_LEN as u64) * summary::ENTRY as u64 + summary::OVERHEAD as u64;
+        if fs::metadata(&path).map_or(true, |m| m.len() > most) {
+            return Ok(None);
+        }
+        let Ok(bytes) = fs::read(&path) else {
             return Ok(None);
         };
         let Ok(records) = summary::parse(&bytes, seg.number, file_len) else {

@@ -949,3 +949,23 @@ fn the_newest_segment_is_summarized_with_its_records_from_before_a_restart() {
     }
     assert_eq!(store.run(&id(0), 40).map(|r| r.len()), Some(40));
 }
+
+#[test]
+fn an_oversized_summary_file_is_neither_read_nor_trusted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = summarized_store(tmp.path(), 30);
+    // A sparse 1 TiB file in place of the first summary: reading it, or sizing the index from
+    // it, would exhaust memory.
+    let summaries = summary_files(tmp.path());
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&summaries[0])
+        .unwrap()
+        .set_len(1 << 40)
+        .unwrap();
+    let store = Store::open(cfg).unwrap();
+    assert_eq!(store.stats().summarized_segments, 3);
+    for k in 0..30 {
+        assert_eq!(store.get(&id(k)).as_deref(), Some(&data(k, 500)[..]));
+    }
+}
