@@ -843,10 +843,12 @@ impl Store {
         }
     }
 
-    /// The builder of a new active segment's summary.
-    fn summary_builder(&self) -> SummaryBuilder {
+    /// The builder of a segment's summary, holding `records` so far.
+    fn summary_builder(&self, records: &[Entry]) -> SummaryBuilder {
         let max = self.cfg.segment_bytes / MIN_BYTES_PER_SUMMARY_ENTRY;
-        SummaryBuilder::new(usize::try_from(max).unwrap_or(usize::MAX))
+        let mut b = SummaryBuilder::new(usize::try_from(max).unwrap_or(usize::MAX));
+        records.iter().for_each(|e| b.push(e));
+        b
     }
 
     fn count(&self, hit: bool) {
@@ -977,7 +979,7 @@ impl Store {
         w.dir_unsynced = true;
         w.next_number = w.next_number.wrapping_add(1);
         w.active = Some(seg.clone());
-        w.summary = Some(self.summary_builder());
+        w.summary = Some(self.summary_builder(&[]));
         w.len = 0;
         self.index
             .write()
@@ -1064,16 +1066,15 @@ impl Store {
             }
             if newest {
                 // Its summary so far, completed by later appends and written once it is sealed.
-                let mut b = self.summary_builder();
-                scan.records.iter().for_each(|e| b.push(e));
-                w.summary = Some(b);
+                w.summary = Some(self.summary_builder(&scan.records));
             } else if !summarized && scan.valid_len == scan.file_len {
                 // A sealed segment scanned whole (its summary was never written, or the store
                 // predates summaries): write it now, so the next open reads that instead. Best
                 // effort, like every summary; what it describes was just read back intact.
-                let mut b = self.summary_builder();
-                scan.records.iter().for_each(|e| b.push(e));
-                if let Some(bytes) = b.finish(number, scan.file_len) {
+                if let Some(bytes) = self
+                    .summary_builder(&scan.records)
+                    .finish(number, scan.file_len)
+                {
                     let _ = fs::write(summary_path(&seg.path), bytes);
                 }
             }
@@ -1113,7 +1114,7 @@ impl Store {
             None => {
                 let seg = create_segment(dir, 0)?;
                 w.active = Some(seg.clone());
-                w.summary = Some(self.summary_builder());
+                w.summary = Some(self.summary_builder(&[]));
                 w.next_number = 1;
                 idx.segments.push_back(SegInfo { seg, len: 0 });
             }

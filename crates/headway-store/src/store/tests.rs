@@ -783,6 +783,17 @@ fn summarized_store(dir: &Path, n: u64) -> StoreConfig {
     cfg
 }
 
+/// Asserts that `store` returns chunks `0..n` of 500 bytes, each intact.
+fn assert_holds_all(store: &Store, n: u64) {
+    for k in 0..n {
+        assert_eq!(
+            store.get(&id(k)).as_deref(),
+            Some(&data(k, 500)[..]),
+            "chunk {k}"
+        );
+    }
+}
+
 /// Everything a reader can see of `store` for chunks `0..n`.
 fn contents(store: &Store, n: u64) -> Vec<Option<Vec<u8>>> {
     (0..n)
@@ -811,9 +822,7 @@ fn sealed_segments_open_from_their_summaries() {
     assert_eq!(st.summarized_segments, 4);
     assert_eq!((st.records, st.chunks, st.segments), (30, 30, 5));
     assert_eq!(st.disk_bytes, dir_bytes(tmp.path()));
-    for k in 0..30 {
-        assert_eq!(store.get(&id(k)).as_deref(), Some(&data(k, 500)[..]));
-    }
+    assert_holds_all(&store, 30);
     // Seqs continue after the summarized ones: a run crosses every segment into a new record.
     store.put(id(30), &data(30, 500)).unwrap();
     let run = store.run(&id(0), 31).unwrap();
@@ -863,9 +872,7 @@ fn a_summary_that_does_not_describe_its_segment_is_ignored() {
     assert_eq!(st.summarized_segments, 2, "segments 2 and 3 only");
     assert_eq!(st.torn_tails, 1, "segment 1 was scanned and its tail found");
     assert!(!orphan.exists(), "a summary without its segment is deleted");
-    for k in 0..30 {
-        assert_eq!(store.get(&id(k)).as_deref(), Some(&data(k, 500)[..]));
-    }
+    assert_holds_all(&store, 30);
     assert_eq!(store.run(&id(0), 30).map(|r| r.len()), Some(30));
 }
 
@@ -944,9 +951,7 @@ fn the_newest_segment_is_summarized_with_its_records_from_before_a_restart() {
     let store = Store::open(cfg).unwrap();
     assert_eq!(store.stats().summarized_segments, 6);
     assert_eq!(store.stats().segments, 7);
-    for k in 0..40 {
-        assert_eq!(store.get(&id(k)).as_deref(), Some(&data(k, 500)[..]));
-    }
+    assert_holds_all(&store, 40);
     assert_eq!(store.run(&id(0), 40).map(|r| r.len()), Some(40));
 }
 
@@ -965,7 +970,5 @@ fn an_oversized_summary_file_is_neither_read_nor_trusted() {
         .unwrap();
     let store = Store::open(cfg).unwrap();
     assert_eq!(store.stats().summarized_segments, 3);
-    for k in 0..30 {
-        assert_eq!(store.get(&id(k)).as_deref(), Some(&data(k, 500)[..]));
-    }
+    assert_holds_all(&store, 30);
 }
