@@ -246,10 +246,11 @@ pub struct PeerSection {
     /// prefix allowed (`headway wanopt fingerprint --cert PEER.crt` prints it). Required.
     pub fingerprint: Spanned<String>,
     /// The WAN link's rate towards the peer (`"1.5mbit"`); the tunnel paces at it. It also
-    /// sets how hard flows towards the peer are compressed (zstd level 4 up to 45 Mbit/s, 3 up
-    /// to 100 Mbit/s, 1 above: on slow links CPU is cheap beside the link time it saves — a
-    /// DOC-like first pass puts 9 % fewer bytes on the WAN at level 4 than at 1 —, on fast
-    /// ones the encoder's speed is the limit). Required.
+    /// sets how hard flows towards the peer are compressed (zstd level 15 up to 3 Mbit/s, 13
+    /// up to 4.5 Mbit/s, 4 up to 45 Mbit/s, 3 up to 100 Mbit/s, 1 above: on slow links CPU is
+    /// cheap beside the link time it saves — a DOC-like first pass puts 9 % fewer bytes on
+    /// the WAN at level 4 than at 1, and 9 % fewer again at 15 —, on fast ones the encoder's
+    /// speed is the limit). Required.
     pub link_rate: Spanned<Rate>,
     /// The expected round-trip time to the peer (`"300ms"`), for the first window; err on the
     /// long side. Default: `"100ms"`.

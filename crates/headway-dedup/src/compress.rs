@@ -6,7 +6,10 @@
 //! next 1, 2, 4 … up to 64 frames without trying (exponential back-off, reset by the next frame
 //! that shrinks), so a stream of already-compressed data costs one trial per 64 frames instead
 //! of a compression per frame. Trying is the estimate: zstd's own incompressible-block
-//! detection makes a failed trial at level 1 cheap, and no entropy heuristic is as exact.
+//! detection makes a failed trial at level 1 cheap, and no entropy heuristic is as exact. (At
+//! the levels of slow links a failed trial of a 256 KiB frame costs as much as a compression,
+//! 45–70 ms at level 13 or 15; the back-off bounds that to one frame in 65 of a steady
+//! incompressible stream, and a slow link's first pass of PDF-like data was no slower.)
 //!
 //! A frame may be compressed against a dictionary: raw bytes both sides hold (zstd "raw
 //! content" dictionary, RFC 8878 §5). The encoder uses the chunks that followed the literal's
@@ -18,9 +21,18 @@ use zstd::zstd_safe::{CCtx, DCtx};
 /// Longest skip after repeated incompressible frames.
 const MAX_SKIP: u32 = 64;
 
-/// A reusable zstd compression context with incompressible-data back-off.
+/// The highest level whose context a compressor keeps between frames. A context's tables
+/// grow with the level (about 1.2 MB at level 4 for frames of 256 KiB, several MB at 13 and
+/// above), and each flow holds one per direction for as long as it lives, busy or idle; the
+/// high levels are only used towards slow links (`headway_wanopt`'s level per link rate),
+/// where a frame takes 40 ms or more to compress and making the context again costs
+/// nothing by comparison.
+pub(crate) const KEEP_CONTEXT_MAX_LEVEL: i32 = 4;
+
+/// A zstd compression context (kept between frames up to [`KEEP_CONTEXT_MAX_LEVEL`]) with
+/// incompressible-data back-off.
 pub(crate) struct Compressor {
-    ctx: CCtx<'static>,
+    ctx: Option<CCtx<'static>>,
     level: i32,
     skip: u32,
     streak: u32,
@@ -30,7 +42,7 @@ pub(crate) struct Compressor {
 impl Compressor {
     pub(crate) fn new(level: i32) -> Self {
         Self {
-            ctx: CCtx::create(),
+            ctx: None,
             level,
             skip: 0,
             streak: 0,
@@ -52,12 +64,15 @@ impl Compressor {
         let limit = raw.len() - raw.len() / 32 - 1;
         self.buf.clear();
         self.buf.reserve(limit);
+        let ctx = self.ctx.get_or_insert_with(CCtx::create);
         let r = if dict.is_empty() {
-            self.ctx.compress(&mut self.buf, raw, self.level)
+            ctx.compress(&mut self.buf, raw, self.level)
         } else {
-            self.ctx
-                .compress_using_dict(&mut self.buf, raw, dict, self.level)
+            ctx.compress_using_dict(&mut self.buf, raw, dict, self.level)
         };
+        if self.level > KEEP_CONTEXT_MAX_LEVEL {
+            self.ctx = None;
+        }
         match r {
             Ok(n) if n <= limit => {
                 self.streak = 0;
@@ -151,6 +166,35 @@ mod tests {
         assert!(z.len() < 100, "{}", z.len());
         assert_eq!(d.decompress(&z, noise.len(), &noise).unwrap(), edited);
         assert_ne!(d.decompress(&z, noise.len(), &text), Some(edited.clone()));
+    }
+
+    #[test]
+    fn high_levels_release_their_context_after_each_frame() {
+        let text: Vec<u8> = b"a frame of text that compresses well enough. "
+            .iter()
+            .copied()
+            .cycle()
+            .take(50_000)
+            .collect();
+        let mut d = Decompressor::new();
+        for level in [
+            1,
+            KEEP_CONTEXT_MAX_LEVEL,
+            KEEP_CONTEXT_MAX_LEVEL + 1,
+            15,
+            19,
+        ] {
+            let mut c = Compressor::new(level);
+            for _ in 0..2 {
+                let z = c.compress(&text, &[]).unwrap().to_vec();
+                assert_eq!(d.decompress(&z, text.len(), &[]).unwrap(), text);
+                assert_eq!(
+                    c.ctx.is_some(),
+                    level <= KEEP_CONTEXT_MAX_LEVEL,
+                    "level {level}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -196,26 +196,57 @@ pub(crate) struct FlowCodec {
 
 /// The zstd level for literal and data frames towards a peer behind a WAN link of `bps`
 /// bits/s: the slower the link, the more CPU a byte it saves is worth. Each level's encoder
-/// (chunking, fingerprints and zstd of DOC-like data, 8 MiB; this project's 2-core lab VM)
-/// against its output:
+/// (chunking, fingerprints and zstd of DOC-like data, 8 MiB; this project's 2-core lab VM;
+/// `cargo run --release -p headway-dedup --example levels`) against its output:
 ///
 /// | level | encoder MiB/s | ratio | wire bytes vs level 1 | zstd context |
 /// |---:|---:|---:|---:|---:|
-/// | 1 | 119–123 | 2.81:1 | – | 0.58 MB |
-/// | 3 | 85–89 | 2.99:1 | −6.0 % | 1.04 MB |
-/// | 4 | 51–53 | 3.10:1 | −9.3 % | 1.17 MB |
-/// | 5 | 39–44 | 3.14:1 | −10.3 % | 1.83 MB |
+/// | 1 | 119–124 | 2.81:1 | – | 0.58 MB |
+/// | 3 | 85–91 | 2.99:1 | −6.0 % | 1.04 MB |
+/// | 4 | 51–55 | 3.10:1 | −9.3 % | 1.17 MB |
+/// | 5 | 39–46 | 3.14:1 | −10.3 % | 1.83 MB |
+/// | 9 | 24–31 | 3.18:1 | −11.4 % | 3.14 MB |
+/// | 13 | 5.2–6.0 | 3.33:1 | −15.6 % | 3.81 MB |
+/// | 15 | 3.6–3.9 | 3.41:1 | −17.6 % | 4.46 MB |
+/// | 19 | 1.3–1.7 | 3.46:1 | −18.7 % | 5.51 MB |
 ///
 /// A level is used up to the rate at which a link full of such data would take about a
-/// third of one core to encode: level 4 up to 45 Mbit/s (a T3: a first pass of DOC-like
-/// data then crosses in 9 % less time), level 3 up to 100 Mbit/s, level 1 above, where the
-/// encoder's speed is the pair's limit. Above level 4 the gain is small and the context
-/// (one per flow and direction) grows fast.
+/// third of one core to encode: level 15 up to 3 Mbit/s (a T1 or E1: a first pass of DOC-like
+/// data then crosses in 9 % less time than at level 4; the seed's 1.5 Mbit/s US–Asia link),
+/// level 13 up to 4.5 Mbit/s, level 4 up to 45 Mbit/s (a T3: 9 % less than level 1), level 3
+/// up to 100 Mbit/s, level 1 above, where the encoder's speed is the pair's limit. Levels 5
+/// to 9 gain little over 4 for their cost; 19 would take more than a third of a core even at
+/// 1.5 Mbit/s. Above level 4 the context is not kept between frames (`headway-dedup`'s
+/// compressor makes it per frame, so idle flows towards slow peers hold no tables), and the
+/// coding runs beside the runtime's workers ([`coding`]).
 pub(crate) fn zstd_level_for(bps: u64) -> i32 {
     match bps {
-        0..=45_000_000 => 4,
+        0..=3_000_000 => 15,
+        3_000_001..=4_500_000 => 13,
+        4_500_001..=45_000_000 => 4,
         45_000_001..=100_000_000 => 3,
         _ => 1,
+    }
+}
+
+/// The highest zstd level whose coding runs on the runtime's worker like any other task's
+/// work (see [`coding`]).
+const INLINE_LEVEL_MAX: i32 = 4;
+
+/// Runs a piece of the encoder's coding — which may close a literal frame and compress it
+/// whole — for a flow at zstd `level`. Above [`INLINE_LEVEL_MAX`] (slow links only) a 256 KiB
+/// frame takes 45–70 ms at level 13 or 15 on this project's lab VM, and a worker that spent
+/// that long on it would hold every task only it may run, among them the tunnel's connection
+/// driver in its LIFO slot, and with it the pacing of every flow. There it runs through
+/// `block_in_place`, which first hands the worker's other tasks to another thread. (Not on
+/// a current-thread runtime, which does not allow it; nothing there could run them anyway.)
+fn coding<R>(level: i32, work: impl FnOnce() -> R) -> R {
+    let threaded = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if level > INLINE_LEVEL_MAX && threaded {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
     }
 }
 
@@ -263,7 +294,7 @@ pub(crate) async fn pump(
     let r = {
         let (mut rd, mut wr) = tcp.split();
         tokio::try_join!(
-            upstream(&mut rd, &mut send, enc, rx, &meter, counters),
+            upstream(&mut rd, &mut send, enc, codec.level, rx, &meter, counters),
             downstream(&mut wr, &mut recv, dec, tx, counters),
         )
     };
@@ -303,6 +334,7 @@ async fn upstream(
     rd: &mut ReadHalf<'_>,
     send: &mut SendStream,
     mut enc: Encoder,
+    level: i32,
     mut ctrl: mpsc::UnboundedReceiver<Ctrl>,
     meter: &WriteMeter,
     c: &Counters,
@@ -366,23 +398,23 @@ async fn upstream(
             r = rd.read(&mut buf), if !lan_eof => {
                 let n = r.map_err(PumpError::LanRead)?;
                 if n == 0 {
-                    enc.finish();
+                    coding(level, || enc.finish());
                     lan_eof = true;
                 } else {
                     Counters::add(&c.lan_in, n as u64);
-                    enc.handle_data(&buf[..n]).map_err(PumpError::Encode)?;
+                    coding(level, || enc.handle_data(&buf[..n])).map_err(PumpError::Encode)?;
                     unflushed += n;
                     turns.coded().await;
                 }
             }
             // Polled only when the socket had nothing to read just now.
             () = std::future::ready(()), if small && !lan_eof => {
-                enc.flush();
+                coding(level, || enc.flush());
                 unflushed = 0;
                 last_at_once = Some(tokio::time::Instant::now());
             }
             () = pause, if unflushed > 0 && !lan_eof => {
-                enc.flush();
+                coding(level, || enc.flush());
                 unflushed = 0;
             }
         }
@@ -523,8 +555,14 @@ mod tests {
     #[test]
     fn slower_links_get_stronger_compression() {
         let mbit = |m: u64| m * 1_000_000;
-        // The seed's links (1.5, 6 and 44 Mbit/s) get level 4; faster ones less, never more.
-        for m in [1, 6, 44, 45] {
+        // The seed's 1.5 Mbit/s link gets level 15, its 6 and 44 Mbit/s links level 4;
+        // faster ones less, never more.
+        assert_eq!(zstd_level_for(mbit(1)), 15);
+        assert_eq!(zstd_level_for(1_500_000), 15);
+        assert_eq!(zstd_level_for(mbit(3)), 15);
+        assert_eq!(zstd_level_for(mbit(3) + 1), 13);
+        assert_eq!(zstd_level_for(mbit(4)), 13);
+        for m in [5, 6, 44, 45] {
             assert_eq!(zstd_level_for(mbit(m)), 4, "{m} Mbit/s");
         }
         assert_eq!(zstd_level_for(mbit(45) + 1), 3);
@@ -566,34 +604,72 @@ mod tests {
         );
     }
 
+    /// A task woken into this worker's LIFO slot, as the tunnel's connection driver is by a
+    /// stream write: it waits for a wake (spawned, then this task yields so it starts
+    /// waiting), and it is woken. The flag turns true once it has run.
+    async fn woken_task() -> (
+        Arc<std::sync::atomic::AtomicBool>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let (flag, woken) = (ran.clone(), wake.clone());
+        let task = tokio::spawn(async move {
+            woken.notified().await;
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        tokio::task::yield_now().await;
+        wake.notify_one();
+        (ran, task)
+    }
+
+    /// Spins until `flag` is true or `limit` passed; whether it turned true.
+    fn spin_until(flag: &std::sync::atomic::AtomicBool, limit: Duration) -> bool {
+        let t = tokio::time::Instant::now();
+        while !flag.load(std::sync::atomic::Ordering::SeqCst) && t.elapsed() < limit {
+            std::hint::spin_loop();
+        }
+        flag.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    // With one worker nothing else could run the woken task. (The test bodies run outside the
+    // runtime's workers, hence the spawned halves.)
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_task_woken_by_a_write_runs_before_the_next_piece_of_coding() {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        // The stream write wakes the connection driver into this worker's LIFO slot; with one
-        // worker nothing else could run it, so it has run only if the half handed over. (The
-        // test body itself runs outside the runtime's workers, hence the spawned half.)
         let half = tokio::spawn(async {
-            let ran = Arc::new(AtomicBool::new(false));
-            let wake = Arc::new(tokio::sync::Notify::new());
-            let (flag, woken) = (ran.clone(), wake.clone());
-            let driver = tokio::spawn(async move {
-                woken.notified().await;
-                flag.store(true, Ordering::SeqCst);
-            });
-            // Let it start waiting, as the driver waits for its next wake.
-            tokio::task::yield_now().await;
+            let (ran, task) = woken_task().await;
+            assert!(!spin_until(&ran, Duration::from_millis(20)), "ran before");
             let mut turns = Turns::default();
-            wake.notify_one();
-            let spin = tokio::time::Instant::now();
-            while spin.elapsed() < Duration::from_millis(20) {
-                std::hint::spin_loop();
-            }
-            assert!(!ran.load(Ordering::SeqCst), "ran before the hand-over");
             turns.handed_over().await;
-            assert!(ran.load(Ordering::SeqCst), "the woken task did not run");
-            driver.await.unwrap();
+            assert!(
+                spin_until(&ran, Duration::ZERO),
+                "the woken task did not run"
+            );
+            task.await.unwrap();
         });
         half.await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn slow_link_coding_lets_the_workers_other_tasks_run_meanwhile() {
+        // It runs while a slow-link level codes, and waits while a fast one does.
+        let half = tokio::spawn(async {
+            let mut ran_meanwhile = Vec::new();
+            for level in [INLINE_LEVEL_MAX, zstd_level_for(1_500_000)] {
+                let (ran, task) = woken_task().await;
+                ran_meanwhile.push(coding(level, || {
+                    spin_until(&ran, Duration::from_millis(300))
+                }));
+                task.await.unwrap();
+            }
+            ran_meanwhile
+        });
+        assert_eq!(half.await.unwrap(), [false, true]);
+    }
+
+    #[tokio::test]
+    async fn slow_link_coding_runs_inline_on_a_current_thread_runtime() {
+        assert_eq!(coding(zstd_level_for(1_500_000), || 7), 7);
     }
 
     #[tokio::test]
