@@ -8,7 +8,7 @@
 //! of a compression per frame. Trying is the estimate: zstd's own incompressible-block
 //! detection makes a failed trial at level 1 cheap, and no entropy heuristic is as exact. (At
 //! the levels of slow links a failed trial of a 256 KiB frame costs as much as a compression,
-//! 45–70 ms at level 13 or 15; the back-off bounds that to one frame in 65 of a steady
+//! 40–70 ms at level 13 or 15; the back-off bounds that to one frame in 65 of a steady
 //! incompressible stream, and a slow link's first pass of PDF-like data was no slower.)
 //!
 //! A frame may be compressed against a dictionary: raw bytes both sides hold (zstd "raw

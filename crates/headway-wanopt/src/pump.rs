@@ -235,7 +235,7 @@ const INLINE_LEVEL_MAX: i32 = 4;
 
 /// Runs a piece of the encoder's coding — which may close a literal frame and compress it
 /// whole — for a flow at zstd `level`. Above [`INLINE_LEVEL_MAX`] (slow links only) a 256 KiB
-/// frame takes 45–70 ms at level 13 or 15 on this project's lab VM, and a worker that spent
+/// frame takes 40–70 ms at level 13 or 15 on this project's lab VM, and a worker that spent
 /// that long on it would hold every task only it may run, among them the tunnel's connection
 /// driver in its LIFO slot, and with it the pacing of every flow. There it runs through
 /// `block_in_place`, which first hands the worker's other tasks to another thread. (Not on
