@@ -241,9 +241,13 @@ const INLINE_LEVEL_MAX: i32 = 4;
 /// `block_in_place`, which first hands the worker's other tasks to another thread. (Not on
 /// a current-thread runtime, which does not allow it; nothing there could run them anyway.)
 fn coding<R>(level: i32, work: impl FnOnce() -> R) -> R {
-    let threaded = tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    if level > INLINE_LEVEL_MAX && threaded {
+    // The level first: at the fast links' levels (every 64 KiB read of a busy pump) nothing
+    // but this comparison is added.
+    let threaded = || {
+        tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+    };
+    if level > INLINE_LEVEL_MAX && threaded() {
         tokio::task::block_in_place(work)
     } else {
         work()
