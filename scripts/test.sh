@@ -9,8 +9,16 @@ export CARGO_TERM_COLOR=never
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy --all-targets -- -D warnings"
-cargo clippy --workspace --all-targets --quiet -- -D warnings
+# `cargo clippy --all-targets -- -D warnings`, folded into the test build: cargo clippy runs
+# clippy-driver (rustc with clippy's lints) over the workspace's crates in a `cargo check`, which
+# compiles every dependency a second time in check mode (5m31s of a 28-minute CI run on a 2-core
+# VM). Run as the workspace's compiler in the test build itself, clippy-driver lints the same
+# targets (lib, lib tests, bins, examples, tests, benches) with the same lints, `clippy.toml` and
+# `-D warnings`, and the dependencies are compiled once. The tests then run on those binaries.
+echo "== cargo clippy --all-targets -- -D warnings, and the test build"
+export RUSTC_WORKSPACE_WRAPPER=clippy-driver
+export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+cargo test --workspace --all-targets --no-run
 echo "== cargo test"
 cargo test --workspace --all-targets
 cargo test --workspace --doc --quiet
