@@ -16,11 +16,11 @@ cargo fmt --all -- --check
 # targets (lib, lib tests, bins, examples, tests, benches) with the same lints, `clippy.toml` and
 # `-D warnings`, and the dependencies are compiled once. The tests then run on those binaries.
 echo "== cargo clippy --all-targets -- -D warnings, and the test build"
-export RUSTC_WORKSPACE_WRAPPER=clippy-driver
-export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
-cargo test --workspace --all-targets --no-run
+# (Not exported: the fuzz workspace below is built without clippy.)
+lint=(env RUSTC_WORKSPACE_WRAPPER=clippy-driver CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__")
+"${lint[@]}" cargo test --workspace --all-targets --no-run
 echo "== cargo test"
-cargo test --workspace --all-targets
-cargo test --workspace --doc --quiet
+"${lint[@]}" cargo test --workspace --all-targets
+"${lint[@]}" cargo test --workspace --doc --quiet
 echo "== fuzz smoke (every target, ${FUZZ_SECONDS:-15} s each)"
 FUZZ_SECONDS="${FUZZ_SECONDS:-15}" bash scripts/fuzz-smoke.sh
