@@ -22,5 +22,5 @@ lint=(env RUSTC_WORKSPACE_WRAPPER=clippy-driver CLIPPY_ARGS="-D__CLIPPY_HACKERY_
 echo "== cargo test"
 "${lint[@]}" cargo test --workspace --all-targets
 "${lint[@]}" cargo test --workspace --doc --quiet
-echo "== fuzz smoke (every target, ${FUZZ_SECONDS:-15} s each)"
-FUZZ_SECONDS="${FUZZ_SECONDS:-15}" bash scripts/fuzz-smoke.sh
+echo "== fuzz smoke (every target, ${FUZZ_SECONDS:-10} s each)"
+FUZZ_SECONDS="${FUZZ_SECONDS:-10}" bash scripts/fuzz-smoke.sh
