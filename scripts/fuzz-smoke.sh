@@ -49,8 +49,9 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/headway-fuzz.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
 # No AddressSanitizer: the fuzzed crates are safe Rust (the only `unsafe` is in headway-io, the
-# platform crate, whose system calls no fuzzed parser makes), and the C libraries they link are not instrumented
-# anyway. Without it the targets build in two thirds of the time and run 2-6x as many inputs.
+# platform crate, whose system calls no fuzzed parser makes), and the C libraries they link are
+# not instrumented anyway. Without it the targets build in two thirds of the time and run 2-6x
+# as many inputs.
 # Replaying a crash with or without `-s none` reproduces it (a panic is a panic either way).
 build_flags=(--sanitizer none)
 echo "fuzz-smoke: building the fuzz targets"
@@ -61,8 +62,8 @@ if [[ ${#targets[@]} -eq 0 ]]; then
     exit 1
 fi
 
-# Runs one target into $work/TARGET.log and writes its verdict (the line printed for it) to
-# $work/TARGET.verdict; returns non-zero if it failed.
+# Runs one target into $work/TARGET.log and writes its verdict (what is printed for it, an
+# "ok:" line or the failure's report) to $work/TARGET.verdict.
 run_target() {
     local target=$1 corpus="$work/corpus/$1" log="$work/$1.log"
     mkdir -p "$corpus"
@@ -88,7 +89,7 @@ run_target() {
         inputs=$(find "$corpus" -type f | wc -l)
         printf 'fuzz-smoke: %-15s ok: %s runs in %s s (corpus %s -> %s inputs)\n' \
             "$target" "$runs" "$secs" "$seeds" "$inputs" >"$work/$target.verdict"
-        return 0
+        return
     fi
     {
         printf 'fuzz-smoke: %-15s FAILED (exit %s):\n' "$target" "$status"
@@ -104,7 +105,6 @@ run_target() {
         fi
         sed 's/^/    /' <<<"$report"
     } >"$work/$target.verdict"
-    return 1
 }
 
 # libFuzzer runs one target on one core: run as many targets at once as there are cores.
@@ -112,7 +112,7 @@ jobs="${FUZZ_JOBS:-$(nproc)}"
 running=0
 for target in "${targets[@]}"; do
     if ((running >= jobs)); then
-        wait -n || true
+        wait -n || true # the verdict files, not the exit codes, say how a target did
         running=$((running - 1))
     fi
     run_target "$target" &
