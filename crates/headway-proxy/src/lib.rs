@@ -26,6 +26,8 @@
 //! - [`cache`]: the integrated HTTP cache (RFC 9111, content groups and policies, request
 //!   coalescing, the flash cache, purges);
 //! - [`stats`]: the counters and the snapshot types;
+//! - [`gate`]: side futures of a connection's task (drain signal, watchdog timer) polled only
+//!   when they were woken;
 //! - [`workers`]: the data-plane threads, one single-threaded runtime each ("thread per
 //!   core"), each with its own socket of every listening address.
 //!
@@ -43,6 +45,7 @@
 
 pub mod cache;
 pub mod client_socket;
+pub mod gate;
 pub mod group;
 pub mod health;
 pub mod http;

@@ -724,19 +724,24 @@ async fn accept_loop(
     listener: Listening,
     slot: Arc<Slot>,
     tls: Arc<ArcSwapOption<Terminator>>,
-    mut draining: watch::Receiver<bool>,
+    draining: watch::Receiver<bool>,
     tracker: Arc<Tracker>,
     bound_profile: Option<headway_config::tcp::TcpProfile>,
 ) {
+    // Polled only when the signal was sent (see `crate::gate`), not once per connection.
+    let mut signal = draining.clone();
+    let mut drained = crate::gate::Gated::new(Box::pin(async move {
+        while !*signal.borrow_and_update() {
+            if signal.changed().await.is_err() {
+                return;
+            }
+        }
+    }));
     loop {
         let accepted = tokio::select! {
+            biased;
+            () = &mut drained => return,
             r = listener.accept() => r,
-            r = draining.changed() => {
-                if r.is_err() || *draining.borrow() {
-                    return;
-                }
-                continue;
-            }
         };
         let (stream, peer) = match accepted {
             Ok(a) => a,

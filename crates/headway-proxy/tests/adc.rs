@@ -1245,6 +1245,87 @@ async fn shutdown_stops_accepting_and_lets_in_flight_requests_finish() {
     done.await.unwrap();
 }
 
+/// Sends one keep-alive request on `s` and reads its whole answer.
+async fn ask(s: &mut TcpStream) {
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !got.ends_with(b"\r\n\r\nok\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("an answer")
+            .unwrap();
+        assert!(n > 0, "closed before the answer");
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// A new connection that has had one keep-alive exchange.
+async fn one_keep_alive_exchange(addr: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    ask(&mut s).await;
+    s
+}
+
+/// Waits (bounded) for the proxy to close `s`; how long it took.
+async fn closed_after(s: &mut TcpStream, limit: Duration) -> Duration {
+    let t0 = SystemClock::now();
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(limit, s.read(&mut buf))
+        .await
+        .expect("the proxy closes the idle connection")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "nothing is sent on an idle connection");
+    SystemClock::now().saturating_duration_since(t0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_keep_alive_connections_close_at_the_idle_timeout_and_at_shutdown() {
+    let o = Origin::start("o", Duration::ZERO).await;
+    // The idle timeout: closed within a quarter of it after it is due, never before.
+    let text = format!(
+        "{}{}",
+        group("g", "", &[(o.addr, "")]),
+        vs("g", "client_idle_timeout = \"1s\"")
+    );
+    let (_p, addr) = proxy_with(&text, 2).await;
+    let mut s = one_keep_alive_exchange(addr).await;
+    let waited = closed_after(&mut s, Duration::from_secs(5)).await;
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_millis(2500),
+        "closed after {waited:?} idle"
+    );
+    // A connection that keeps asking outlives the idle timeout.
+    let mut s = one_keep_alive_exchange(addr).await;
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        ask(&mut s).await;
+    }
+
+    // Shutdown: the drain signal closes an idle keep-alive connection at once, long before its
+    // idle timeout.
+    let text = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", ""));
+    let (p, addr) = proxy_with(&text, 2).await;
+    let mut conns = Vec::new();
+    for _ in 0..8 {
+        conns.push(one_keep_alive_exchange(addr).await);
+    }
+    let done = {
+        let p = p.clone();
+        tokio::spawn(async move { p.shutdown(Duration::from_secs(10)).await })
+    };
+    for s in &mut conns {
+        let waited = closed_after(s, Duration::from_secs(5)).await;
+        assert!(
+            waited < Duration::from_secs(3),
+            "closed {waited:?} after the shutdown"
+        );
+    }
+    done.await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closing_connections_last_answer_arrives_whole() {
     let o = Origin::start("o", Duration::ZERO).await;

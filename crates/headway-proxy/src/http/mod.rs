@@ -51,6 +51,7 @@ use tokio::sync::watch;
 
 use crate::cache::{Cache, Fetch, Lookup, Reply};
 use crate::client_socket::ClientSocket;
+use crate::gate::Gated;
 use crate::group::{Affinity, Group, Lease, Unavailable};
 use crate::limits::ClientLimits;
 use crate::stats::VirtualServerCounters;
@@ -594,24 +595,26 @@ async fn drive<C: GracefulConn>(
     if draining {
         c.as_mut().graceful();
     }
-    let mut watch = Watch::new(idle, header);
-    let mut wait = watch.period();
-    loop {
-        tokio::select! {
-            r = c.as_mut() => {
-                if let Err(e) = r {
-                    tracing::debug!(client = %peer, error = %e, "client connection ended with an error");
-                    activity.linger();
-                }
+    // The drain signal and the watchdog's timer are polled only when they were woken (see
+    // `crate::gate`): this task wakes for every read and write of the connection.
+    let mut drained = Gated::new(Box::pin(async move {
+        while !*drain.borrow_and_update() {
+            if drain.changed().await.is_err() {
                 return;
             }
-            r = drain.changed(), if !draining => {
-                if r.is_err() || *drain.borrow() {
-                    draining = true;
-                    c.as_mut().graceful();
-                }
+        }
+    }));
+    let mut watch = Watch::new(idle, header);
+    let mut wait = watch.period();
+    let mut tick = Gated::new(Box::pin(tokio::time::sleep(wait)));
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut drained, if !draining => {
+                draining = true;
+                c.as_mut().graceful();
             }
-            _ = tokio::time::sleep(wait) => {
+            () = &mut tick => {
                 match watch.check(activity) {
                     Ok(()) => {}
                     Err("idle") if !draining => {
@@ -624,6 +627,14 @@ async fn drive<C: GracefulConn>(
                         return;
                     }
                 }
+                tick = Gated::new(Box::pin(tokio::time::sleep(wait)));
+            }
+            r = c.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(client = %peer, error = %e, "client connection ended with an error");
+                    activity.linger();
+                }
+                return;
             }
         }
     }
