@@ -19,6 +19,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::workers::CacheLine as Line;
+
 /// Shards of every monotonic counter. Worker `i` adds to shard `i % SHARDS`; other threads take
 /// shards in turn.
 const SHARDS: usize = 8;
@@ -44,11 +46,6 @@ fn shard() -> usize {
         }
     })
 }
-
-/// A value on a cache line of its own.
-#[derive(Debug, Default)]
-#[repr(align(64))]
-struct Line<T>(T);
 
 /// Upper bounds of the latency histogram's buckets, in seconds (the last bucket is `+Inf`).
 pub const LATENCY_BUCKETS: [f64; 14] = [

@@ -34,6 +34,7 @@ use tokio::net::TcpStream;
 
 use crate::stats::ServerCounters;
 use crate::tls::{Connector, ServerStream};
+use crate::workers::CacheLine;
 
 /// Initial read buffer of a connection.
 const READ_BUF: usize = 16 * 1024;
@@ -79,7 +80,7 @@ pub struct Conn {
 /// any other thread. A connection is registered with the reactor of the worker that opened it
 /// and is only handed to that worker's requests, so its readiness never has to cross threads.
 pub struct Pool {
-    idle: Box<[Mutex<Vec<Conn>>]>,
+    idle: Box<[CacheLine<Mutex<Vec<Conn>>>]>,
     tls: arc_swap::ArcSwapOption<Connector>,
     max_idle: AtomicUsize,
     idle_timeout_ms: AtomicU64,
@@ -99,7 +100,9 @@ impl Pool {
     /// for `idle_timeout`.
     pub fn new(max_idle: usize, idle_timeout: Duration, workers: usize) -> Self {
         Pool {
-            idle: (0..=workers).map(|_| Mutex::new(Vec::new())).collect(),
+            idle: (0..=workers)
+                .map(|_| CacheLine(Mutex::new(Vec::new())))
+                .collect(),
             tls: arc_swap::ArcSwapOption::empty(),
             max_idle: AtomicUsize::new(max_idle),
             idle_timeout_ms: AtomicU64::new(idle_timeout.as_millis() as u64),
@@ -112,7 +115,7 @@ impl Pool {
         self.idle_timeout_ms
             .store(idle_timeout.as_millis() as u64, Relaxed);
         for list in &self.idle {
-            let mut idle = list.lock();
+            let mut idle = list.0.lock();
             let excess = idle.len().saturating_sub(max_idle);
             idle.drain(..excess);
         }
@@ -122,7 +125,7 @@ impl Pool {
     fn list(&self) -> &Mutex<Vec<Conn>> {
         let others = self.idle.len() - 1;
         let i = crate::workers::current().filter(|&i| i < others);
-        &self.idle[i.unwrap_or(others)]
+        &self.idle[i.unwrap_or(others)].0
     }
 
     /// Sets how new connections are made: TLS with `tls`, or cleartext. A change closes the
@@ -136,13 +139,13 @@ impl Pool {
 
     /// Idle connections now.
     pub fn idle_len(&self) -> usize {
-        self.idle.iter().map(|l| l.lock().len()).sum()
+        self.idle.iter().map(|l| l.0.lock().len()).sum()
     }
 
     /// Closes every idle connection (the server was removed, disabled or went down).
     pub fn clear(&self) {
         for list in &self.idle {
-            list.lock().clear();
+            list.0.lock().clear();
         }
     }
 

@@ -33,6 +33,13 @@ thread_local! {
     static INDEX: Cell<Option<usize>> = const { Cell::new(None) };
 }
 
+/// A worker's part of something every worker updates (its idle connections, its counter
+/// shard), on a cache line of its own: parts that shared a line would move it between the
+/// cores at every update, as one shared value would.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub(crate) struct CacheLine<T>(pub(crate) T);
+
 /// The index of the worker the calling thread is (0-based), `None` on any other thread.
 pub fn current() -> Option<usize> {
     INDEX.get()
