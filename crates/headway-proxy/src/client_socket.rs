@@ -191,6 +191,12 @@ impl AsyncRead for ClientSocket {
 /// small body) does.
 const COALESCE: usize = 4096;
 
+thread_local! {
+    /// Where a thread copies the vectored writes it sends with one `send` (see [`COALESCE`]).
+    static COALESCED: std::cell::RefCell<Vec<u8>> =
+        std::cell::RefCell::new(Vec::with_capacity(COALESCE));
+}
+
 impl AsyncWrite for ClientSocket {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -214,13 +220,14 @@ impl AsyncWrite for ClientSocket {
     ) -> Poll<io::Result<usize>> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         if bufs.len() > 1 && total <= COALESCE {
-            let mut one = [0u8; COALESCE];
-            let mut n = 0;
-            for b in bufs {
-                one[n..n + b.len()].copy_from_slice(b);
-                n += b.len();
-            }
-            return self.poll_write(cx, &one[..n]);
+            // The thread's buffer: a fresh stack array cost a 4 KiB memset per answer.
+            return COALESCED.with_borrow_mut(|one| {
+                one.clear();
+                for b in bufs {
+                    one.extend_from_slice(b);
+                }
+                self.poll_write(cx, one)
+            });
         }
         let me = self.get_mut();
         if let Some(r) = me.direct(|mut s| s.write_vectored(bufs)) {

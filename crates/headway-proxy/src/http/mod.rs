@@ -689,7 +689,7 @@ fn version_name(v: Version) -> &'static str {
 async fn handle(conn: Arc<Conn>, req: Request<Incoming>) -> Response<RespBody> {
     let n = conn.requests.fetch_add(1, Relaxed) + 1;
     let vs = conn.slot.vs.load_full();
-    let counters = vs.shared.counters.clone();
+    let counters = &vs.shared.counters;
     counters.requests.inc();
     conn.activity.inflight.fetch_add(1, Relaxed);
     let started = SystemClock::now();
