@@ -4,8 +4,8 @@
 //! signal and its watchdog's timer. `tokio::select!` polls every branch whenever the task
 //! wakes, and a connection's task wakes for each read and write; polling a waiting
 //! `watch::Receiver::changed` locks the mutex of the channel's waiter list, one channel that
-//! every connection of every worker thread waits on. That was a shared lock taken twice per
-//! proxied request, on both cores. A [`Gated`] future remembers whether its own waker fired
+//! every connection of every worker thread waits on. That was a lock shared by both cores,
+//! taken at each of the several wake-ups of a proxied request. A [`Gated`] future remembers whether its own waker fired
 //! since it was last polled and returns `Pending` at the cost of one atomic swap otherwise.
 //!
 //! A gated future is meant to be polled by one task, as a branch of that task's own select:
