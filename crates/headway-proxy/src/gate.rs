@@ -5,8 +5,9 @@
 //! wakes, and a connection's task wakes for each read and write; polling a waiting
 //! `watch::Receiver::changed` locks the mutex of the channel's waiter list, one channel that
 //! every connection of every worker thread waits on. That was a lock shared by both cores,
-//! taken at each of the several wake-ups of a proxied request. A [`Gated`] future remembers whether its own waker fired
-//! since it was last polled and returns `Pending` at the cost of one atomic swap otherwise.
+//! taken at each of the several wake-ups of a proxied request. A [`Gated`] future remembers
+//! whether its own waker fired since it was last polled and returns `Pending` at the cost of
+//! one atomic swap otherwise; [`drained`] is the drain signal so wrapped.
 //!
 //! A gated future is meant to be polled by one task, as a branch of that task's own select:
 //! the task's waker is recorded when the inner future is polled, and a poll that skips the
@@ -17,6 +18,8 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
+
+use tokio::sync::watch;
 
 /// What the inner future's waker does: note the wake-up and wake the task.
 #[derive(Debug, Default)]
@@ -39,6 +42,21 @@ impl Wake for Gate {
             t.wake();
         }
     }
+}
+
+/// The future [`drained`] returns.
+pub type Drained = Gated<Pin<Box<dyn Future<Output = ()> + Send>>>;
+
+/// A gated future that completes once `signal` holds `true` (at once if it already does), or
+/// once its sender is gone: a listener's drain signal as a branch of a connection's select.
+pub fn drained(mut signal: watch::Receiver<bool>) -> Drained {
+    Gated::new(Box::pin(async move {
+        while !*signal.borrow_and_update() {
+            if signal.changed().await.is_err() {
+                return;
+            }
+        }
+    }))
 }
 
 /// A future polled only on its first poll and after its own waker fired (see the module doc).
@@ -198,14 +216,8 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_gated_timer_and_a_gated_watch_complete_beside_a_busy_branch() {
-        let (tx, mut rx) = tokio::sync::watch::channel(false);
-        let mut drained = Gated::new(Box::pin(async move {
-            while !*rx.borrow_and_update() {
-                if rx.changed().await.is_err() {
-                    return;
-                }
-            }
-        }));
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let mut drained = drained(rx);
         let mut tick = Gated::new(Box::pin(tokio::time::sleep(Duration::from_millis(20))));
         let mut yields = 0u32;
         let mut ticked = false;

@@ -729,14 +729,7 @@ async fn accept_loop(
     bound_profile: Option<headway_config::tcp::TcpProfile>,
 ) {
     // Polled only when the signal was sent (see `crate::gate`), not once per connection.
-    let mut signal = draining.clone();
-    let mut drained = crate::gate::Gated::new(Box::pin(async move {
-        while !*signal.borrow_and_update() {
-            if signal.changed().await.is_err() {
-                return;
-            }
-        }
-    }));
+    let mut drained = crate::gate::drained(draining.clone());
     loop {
         let accepted = tokio::select! {
             biased;

@@ -585,7 +585,7 @@ where
 async fn drive<C: GracefulConn>(
     c: C,
     peer: SocketAddr,
-    mut drain: watch::Receiver<bool>,
+    drain: watch::Receiver<bool>,
     activity: &ConnActivity,
     idle: Duration,
     header: Duration,
@@ -597,13 +597,7 @@ async fn drive<C: GracefulConn>(
     }
     // The drain signal and the watchdog's timer are polled only when they were woken (see
     // `crate::gate`): this task wakes for every read and write of the connection.
-    let mut drained = Gated::new(Box::pin(async move {
-        while !*drain.borrow_and_update() {
-            if drain.changed().await.is_err() {
-                return;
-            }
-        }
-    }));
+    let mut drained = crate::gate::drained(drain);
     let mut watch = Watch::new(idle, header);
     let mut wait = watch.period();
     let mut tick = Gated::new(Box::pin(tokio::time::sleep(wait)));
