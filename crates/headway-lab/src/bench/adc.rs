@@ -57,7 +57,7 @@ use headway_core::ByteSize;
 use super::median;
 use crate::interrupt::{self, Interrupted};
 use config::Listeners;
-use load::{Load, Outcome, PerConnection};
+use load::{Load, Outcome, Pace, PerConnection};
 use procs::{Proc, TempDir};
 
 /// `headway bench adc` arguments.
@@ -99,6 +99,16 @@ pub struct AdcArgs {
     /// Concurrent HTTP/2 streams per connection (h2load -m).
     #[arg(long, default_value_t = 10)]
     pub streams: u32,
+    /// Offer a fixed load of RATE requests/s in all instead of as many as the targets can take:
+    /// each wrk thread sends a request every `threads × 1000 / RATE` ms on whichever of its
+    /// connections is free (a Lua schedule, see `adc-configs/paced.lua`), each h2load
+    /// connection asks at `RATE / connections` per second (`--rps`). Every target then answers
+    /// the same requests, and CPU per request is its cost at that load: on a shared machine a
+    /// saturating run also measures how the load tool, the origin and the proxy share the
+    /// cores. The rate must stay below what every target can serve; the report gives the rate
+    /// each achieved.
+    #[arg(long, value_name = "RATE", value_parser = clap::value_parser!(u32).range(1..))]
+    pub paced: Option<u32>,
     /// Where to write adc.md, adc.csv and the configs (adc-configs/).
     #[arg(long, default_value = "lab-out/bench")]
     pub out: PathBuf,
@@ -433,8 +443,12 @@ pub fn run(args: AdcArgs) -> Result<()> {
 
     let load_at_start = load_average();
     let tmp = TempDir::new("headway-bench-adc")?;
-    let script = tmp.path().join("ten-per-connection.lua");
-    std::fs::write(&script, config::TEN_PER_CONNECTION_LUA)?;
+    let (script_name, script_text) = match args.paced {
+        Some(_) => ("paced.lua", config::PACED_LUA),
+        None => ("ten-per-connection.lua", config::TEN_PER_CONNECTION_LUA),
+    };
+    let script = tmp.path().join(script_name);
+    std::fs::write(&script, script_text)?;
     let ticks = procs::clock_ticks_per_second()?;
     let exe = std::env::current_exe().context("cannot find the headway binary")?;
     let exe = exe.to_string_lossy().into_owned();
@@ -442,10 +456,7 @@ pub fn run(args: AdcArgs) -> Result<()> {
 
     let origin = port();
     let mut instances = vec![start_origin(&exe, origin, &args, tmp.path())?];
-    let mut configs = vec![(
-        "ten-per-connection.lua".to_string(),
-        config::TEN_PER_CONNECTION_LUA.to_string(),
-    )];
+    let mut configs = vec![(script_name.to_string(), script_text.to_string())];
     for &target in targets.iter().filter(|t| **t != Target::Origin) {
         let listeners = Listeners {
             l7: port(),
@@ -616,10 +627,13 @@ fn measure(ctx: &RunContext<'_>, target: &Proc, cell: &Cell, addr: SocketAddr) -
         connections: ctx.args.connections.max(ctx.args.threads).max(1),
         seconds: ctx.seconds,
     };
-    let argv = if cell.test == Test::H2 {
-        load::h2load_argv(&load, ctx.args.streams.max(1))
-    } else {
-        load::wrk_argv(&load, cell.test.per_connection(), ctx.script)
+    let streams = ctx.args.streams.max(1);
+    let per = cell.test.per_connection();
+    let argv = match (cell.test == Test::H2, ctx.args.paced) {
+        (true, None) => load::h2load_argv(&load, streams),
+        (true, Some(rate)) => load::paced_h2load_argv(&load, streams, Pace { rate }),
+        (false, None) => load::wrk_argv(&load, per, ctx.script),
+        (false, Some(rate)) => load::paced_wrk_argv(&load, per, ctx.script, Pace { rate }),
     };
     let before = procs::cpu_ticks(target.pid())?;
     let mut tool = Proc::spawn(&argv, &ctx.dir.join("load.log"))?;
@@ -940,6 +954,22 @@ fn render_markdown(
         r = h.repeats,
         tcp = h.tcp,
     );
+    if let Some(rate) = a.paced {
+        let pace = Pace { rate };
+        let _ = writeln!(
+            md,
+            "**Paced load** (`--paced {rate}`): {rate} requests/s offered in all, not as many as \
+             the targets can take. Each wrk thread sends a request every {p:.4} ms on whichever \
+             of its connections is free, whatever the answers' latency (the Lua schedule of \
+             `adc-configs/paced.lua`, which also sends `Connection: close` on every request or \
+             every 10th for the 1 and 10 req/conn rows); each h2load connection asks at {r:.2} \
+             requests/s (`--rps`). The requests/s table is the rate each target achieved under \
+             that load, not its capacity (below the offered rate: the target, the origin or the \
+             load tool could not keep up); CPU per request is its cost at that load.\n",
+            p = pace.period_ms(a.threads),
+            r = pace.per_connection(a.connections.max(a.threads).max(1)),
+        );
+    }
     let _ = writeln!(md, "| target | listeners | status |\n|---|---|---|");
     for (t, ends, state) in status {
         let _ = writeln!(
@@ -993,11 +1023,12 @@ fn render_markdown(
             }
             s
         };
-    md += &table(
-        "Requests/s (median; × HAProxy's; higher is better)",
-        &Entry::rps,
-        &|v| thousands(v.round() as u64),
-    );
+    let rps_title = if a.paced.is_some() {
+        "Requests/s achieved under the paced load (median; × HAProxy's)"
+    } else {
+        "Requests/s (median; × HAProxy's; higher is better)"
+    };
+    md += &table(rps_title, &Entry::rps, &|v| thousands(v.round() as u64));
     md += &table(
         "CPU-seconds per 100,000 requests (median; × HAProxy's; lower is better)",
         &Entry::cpu_per_100k,
@@ -1257,10 +1288,33 @@ mod tests {
                 microcache: false,
                 compression: false,
                 tls: false,
+                paced: None,
             },
             tcp: "net.ipv4.tcp_tw_reuse = 2".into(),
             load: ("0.5 / 0.4 / 0.3".into(), "1.9 / 1.0 / 0.6".into()),
         }
+    }
+
+    #[test]
+    fn a_paced_report_says_how_it_was_paced() {
+        let l7 = Cell {
+            test: Test::L7Ten,
+            size: 128,
+        };
+        let targets = [Target::Haproxy, Target::Headway];
+        let plain = render_markdown(&header(), &[], &[l7], &targets, &Results::new(), &[]);
+        assert!(!plain.contains("Paced load"), "{plain}");
+        assert!(plain.contains("Requests/s (median; × HAProxy's; higher is better)"));
+        let mut h = header();
+        h.args.paced = Some(9_600);
+        let md = render_markdown(&h, &[], &[l7], &targets, &Results::new(), &[]);
+        assert!(md.contains("**Paced load** (`--paced 9600`)"), "{md}");
+        assert!(md.contains("sends a request every 0.2083 ms"), "{md}");
+        assert!(md.contains("asks at 150.00 requests/s"), "{md}");
+        assert!(
+            md.contains("Requests/s achieved under the paced load"),
+            "{md}"
+        );
     }
 
     #[test]

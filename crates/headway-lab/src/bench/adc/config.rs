@@ -166,6 +166,67 @@ function request()
 end
 "#;
 
+/// wrk's Lua script for a paced load (`headway bench adc --paced`).
+///
+/// Arguments after wrk's `--`: requests per connection (`0`: keep-alive; `1`: `Connection:
+/// close` on every request; `N`: on every Nth request of the thread, as
+/// [`TEN_PER_CONNECTION_LUA`]) and the milliseconds between two requests of a wrk thread.
+/// Each thread keeps a schedule of request times that period apart, whatever the answers'
+/// latency: before each request (wrk's `delay`, whole milliseconds) a connection waits for the
+/// next free time (the monotonic clock, read through LuaJIT's FFI). So the offered rate does
+/// not depend on how fast the target answers, as a fixed think time would, and every target
+/// gets the same load as long as the thread has a connection free at each time. A schedule
+/// that falls more than 50 ms behind (a target that cannot keep up) restarts from the present
+/// rather than sending the missed requests at once.
+pub const PACED_LUA: &str = r#"-- headway bench adc --paced: a paced load.
+-- Arguments: requests per connection (0: keep-alive), milliseconds between a thread's requests.
+local ffi = require("ffi")
+ffi.cdef[[
+typedef struct { long tv_sec; long tv_nsec; } headway_timespec;
+int clock_gettime(int clock, headway_timespec *ts);
+]]
+local ts = ffi.new("headway_timespec")
+local CLOCK_MONOTONIC = 1
+
+local function now_ms()
+  ffi.C.clock_gettime(CLOCK_MONOTONIC, ts)
+  return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
+end
+
+local n = 0
+local per, period = 0, 1
+local slot = nil
+local keep, close
+
+function init(args)
+  per = tonumber(args[1]) or 0
+  period = tonumber(args[2]) or 1
+  keep = wrk.format()
+  close = wrk.format(nil, nil, { ["Connection"] = "close" })
+end
+
+function delay()
+  local now = now_ms()
+  if slot == nil or slot < now - 50 then
+    slot = now
+  end
+  slot = slot + period
+  local wait = slot - now
+  if wait < 1 then
+    return 0
+  end
+  return math.floor(wait)
+end
+
+function request()
+  n = n + 1
+  if per > 0 and n % per == 0 then
+    return close
+  end
+  return keep
+end
+"#;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -56,6 +56,47 @@ pub fn wrk_argv(load: &Load, per: PerConnection, script: &Path) -> Vec<String> {
     v
 }
 
+/// A paced load: at most `rate` requests/s offered in all, spread evenly over the connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    /// Requests per second in all.
+    pub rate: u32,
+}
+
+impl Pace {
+    /// Milliseconds between two requests of one of `threads` load-tool threads (the paced
+    /// script's schedule): `threads × 1000 / rate`.
+    pub fn period_ms(self, threads: u32) -> f64 {
+        f64::from(threads.max(1)) * 1000.0 / f64::from(self.rate.max(1))
+    }
+
+    /// Requests per second for each of `connections` (h2load's `--rps`).
+    pub fn per_connection(self, connections: u32) -> f64 {
+        f64::from(self.rate) / f64::from(connections.max(1))
+    }
+}
+
+/// The wrk command line for `load` paced by `pace`, with `per` requests per connection;
+/// `script` is the file holding [`super::config::PACED_LUA`].
+pub fn paced_wrk_argv(load: &Load, per: PerConnection, script: &Path, pace: Pace) -> Vec<String> {
+    let mut v = wrk_argv(load, PerConnection::Unlimited, script);
+    let url = v.pop().unwrap_or_default();
+    let per = match per {
+        PerConnection::One => 1,
+        PerConnection::Ten => 10,
+        PerConnection::Unlimited => 0,
+    };
+    v.extend([
+        "-s".into(),
+        script.display().to_string(),
+        url,
+        "--".into(),
+        per.to_string(),
+        format!("{:.4}", pace.period_ms(load.threads)),
+    ]);
+    v
+}
+
 /// The h2load command line (HTTP/2 with prior knowledge, `streams` concurrent streams per
 /// connection, timing-based for `load.seconds`).
 pub fn h2load_argv(load: &Load, streams: u32) -> Vec<String> {
@@ -71,6 +112,18 @@ pub fn h2load_argv(load: &Load, streams: u32) -> Vec<String> {
         load.seconds.to_string(),
         load.url.clone(),
     ]
+}
+
+/// [`h2load_argv`] paced by `pace` (`--rps` per connection).
+pub fn paced_h2load_argv(load: &Load, streams: u32, pace: Pace) -> Vec<String> {
+    let mut v = h2load_argv(load, streams);
+    let url = v.pop().unwrap_or_default();
+    v.push(format!(
+        "--rps={:.2}",
+        pace.per_connection(load.connections)
+    ));
+    v.push(url);
+    v
 }
 
 /// What one load run measured.
@@ -281,6 +334,9 @@ pub fn wrk_time(text: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
 
     const WRK: &str = "Running 2s test @ http://127.0.0.1:18003/corpus/random/128
   2 threads and 64 connections
@@ -427,5 +483,122 @@ time for request:      643us       1.06s     23.61ms     82.60ms    99.36%
             h2load_argv(&load, 10).join(" "),
             "h2load -t 2 -c 64 -m 10 -D 3 http://127.0.0.1:1/corpus/random/128"
         );
+        let pace = Pace { rate: 9_600 };
+        let paced = paced_wrk_argv(&load, PerConnection::Ten, Path::new("/tmp/p.lua"), pace);
+        assert_eq!(
+            paced.join(" "),
+            "wrk -t 2 -c 64 -d 3s --timeout 5s --latency -s /tmp/p.lua http://127.0.0.1:1/corpus/random/128 -- 10 0.2083"
+        );
+        assert_eq!(
+            paced_h2load_argv(&load, 10, pace).join(" "),
+            "h2load -t 2 -c 64 -m 10 -D 3 --rps=150.00 http://127.0.0.1:1/corpus/random/128"
+        );
+    }
+
+    #[test]
+    fn a_pace_spreads_its_rate_over_the_connections() {
+        let pace = Pace { rate: 9_600 };
+        assert!((pace.period_ms(2) - 0.208_333).abs() < 1e-6);
+        assert!((pace.period_ms(0) - 0.104_166).abs() < 1e-6);
+        assert_eq!(Pace { rate: 0 }.period_ms(2), 2_000.0);
+        assert!((pace.per_connection(64) - 150.0).abs() < 1e-9);
+    }
+
+    /// A minimal HTTP/1.1 server on loopback counting the requests and connections it saw;
+    /// it answers `ok` 10 ms after each request and closes after a request that asks it to.
+    fn counting_server() -> (std::net::SocketAddr, Arc<(AtomicU64, AtomicU64)>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let counts = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+        let c = counts.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                c.1.fetch_add(1, Ordering::SeqCst);
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    let mut pending = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        let Ok(n) = stream.read(&mut buf) else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        pending.extend_from_slice(&buf[..n]);
+                        while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head =
+                                String::from_utf8_lossy(&pending[..end]).to_ascii_lowercase();
+                            pending.drain(..end + 4);
+                            c.0.fetch_add(1, Ordering::SeqCst);
+                            let close = head.contains("connection: close");
+                            std::thread::sleep(std::time::Duration::from_millis(10));
+                            let answer: &[u8] = if close {
+                                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok"
+                            } else {
+                                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+                            };
+                            if stream.write_all(answer).is_err() || close {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (addr, counts)
+    }
+
+    /// The paced script run by the real wrk (installed by `scripts/setup.sh`): the rate is the
+    /// one asked for, and the connections carry the requests asked for.
+    #[test]
+    fn wrk_with_the_paced_script_keeps_to_its_rate_and_its_requests_per_connection() {
+        let dir = std::env::temp_dir().join(format!("headway-paced-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("paced.lua");
+        std::fs::write(&script, crate::bench::adc::config::PACED_LUA).unwrap();
+        // 200 requests/s over 4 connections: 400 in 2 s, whatever the latency (10 ms here: a
+        // fixed wait of 20 ms after each answer would give 4 / 30 ms, 267 in 2 s).
+        let pace = Pace { rate: 200 };
+        for (per, name) in [
+            (PerConnection::Unlimited, "keep-alive"),
+            (PerConnection::Ten, "10 per connection"),
+            (PerConnection::One, "1 per connection"),
+        ] {
+            let (addr, counts) = counting_server();
+            let load = Load {
+                url: format!("http://{addr}/"),
+                threads: 1,
+                connections: 4,
+                seconds: 2,
+            };
+            let argv = paced_wrk_argv(&load, per, &script, pace);
+            let out = std::process::Command::new(&argv[0])
+                .args(&argv[1..])
+                .output()
+                .expect("wrk is not installed: run `bash scripts/setup.sh` (as root)");
+            let text = String::from_utf8_lossy(&out.stdout);
+            let outcome = parse_wrk(&text).unwrap();
+            let requests = counts.0.load(Ordering::SeqCst);
+            let connections = counts.1.load(Ordering::SeqCst);
+            assert!(
+                (330..=430).contains(&requests),
+                "{name}: {requests} requests in 2 s at 200/s: {text}"
+            );
+            assert!(
+                outcome.good > 0 && outcome.good <= requests,
+                "{name}: {text}"
+            );
+            // wrk opens one connection more than asked at its start, to check the address.
+            let want = match per {
+                PerConnection::Unlimited => 4..=5,
+                PerConnection::Ten => requests / 10..=requests / 10 + 6,
+                PerConnection::One => requests..=requests + 5,
+            };
+            assert!(
+                want.contains(&connections),
+                "{name}: {connections} connections for {requests} requests, want {want:?}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
