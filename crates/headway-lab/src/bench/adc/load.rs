@@ -56,7 +56,8 @@ pub fn wrk_argv(load: &Load, per: PerConnection, script: &Path) -> Vec<String> {
     v
 }
 
-/// A paced load: at most `rate` requests/s offered in all, spread evenly over the connections.
+/// A paced load: `rate` requests/s offered in all, on a schedule that does not wait for answers
+/// (see [`super::config::PACED_LUA`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pace {
     /// Requests per second in all.
