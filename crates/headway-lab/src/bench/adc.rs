@@ -140,6 +140,11 @@ impl AdcArgs {
             .unwrap_or(if self.quick { quick } else { full })
     }
 
+    /// The load tool's connections in all: `--connections`, at least one per thread.
+    pub fn load_connections(&self) -> u32 {
+        self.connections.max(self.threads).max(1)
+    }
+
     /// `--repeats`, else `quick` with `--quick` and `full` without.
     pub fn repeats_or(&self, quick: u32, full: u32) -> u32 {
         self.repeats
@@ -624,7 +629,7 @@ fn measure(ctx: &RunContext<'_>, target: &Proc, cell: &Cell, addr: SocketAddr) -
     let load = Load {
         url: format!("http://{addr}/corpus/random/{}", cell.size),
         threads: ctx.args.threads.max(1),
-        connections: ctx.args.connections.max(ctx.args.threads).max(1),
+        connections: ctx.args.load_connections(),
         seconds: ctx.seconds,
     };
     let streams = ctx.args.streams.max(1);
@@ -967,7 +972,7 @@ fn render_markdown(
              that load, not its capacity (below the offered rate: the target, the origin or the \
              load tool could not keep up); CPU per request is its cost at that load.\n",
             p = pace.period_ms(a.threads),
-            r = pace.per_connection(a.connections.max(a.threads).max(1)),
+            r = pace.per_connection(a.load_connections()),
         );
     }
     let _ = writeln!(md, "| target | listeners | status |\n|---|---|---|");

@@ -764,7 +764,7 @@ fn run_wrk(
     let l = load::Load {
         url: format!("http://{addr}{path}"),
         threads: args.threads.max(1),
-        connections: args.connections.max(args.threads).max(1),
+        connections: args.load_connections(),
         seconds,
     };
     let argv = load::wrk_argv(&l, load::PerConnection::Unlimited, Path::new(""));

@@ -382,7 +382,7 @@ pub fn run(args: AdcArgs) -> Result<()> {
                 let load = Load {
                     url: format!("http://{addr}{}", path(size)),
                     threads: args.threads.max(1),
-                    connections: args.connections.max(args.threads).max(1),
+                    connections: args.load_connections(),
                     seconds,
                 };
                 let mut argv = load::wrk_argv(&load, PerConnection::Unlimited, &script);

@@ -691,7 +691,7 @@ pub fn run(args: &AdcArgs) -> Result<()> {
         ticks,
         clients: clients(args.threads),
         threads: args.threads.max(1),
-        connections: args.connections.max(args.threads).max(1),
+        connections: args.load_connections(),
     };
     let running = proxies.iter().filter(|p| p.instance.proc.is_some()).count();
     eprintln!(
