@@ -753,6 +753,94 @@ async fn pipelined_requests_are_answered_in_order_with_whole_bodies() {
     assert_eq!(at, out.len(), "nothing after the third answer");
 }
 
+/// Reads one answer off `s` (`pending`: bytes read before): its head (lower case) and its
+/// body, `content-length` bytes of it unless `to_head` (an answer to HEAD has none).
+async fn one_answer(s: &mut TcpStream, pending: &mut Vec<u8>, to_head: bool) -> (String, Vec<u8>) {
+    loop {
+        if let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&pending[..end + 4]).to_lowercase();
+            let len: usize = head
+                .split("content-length: ")
+                .nth(1)
+                .and_then(|r| r.split("\r\n").next())
+                .map_or(0, |n| n.parse().unwrap())
+                * usize::from(!to_head);
+            if pending.len() >= end + 4 + len {
+                let body = pending[end + 4..end + 4 + len].to_vec();
+                pending.drain(..end + 4 + len);
+                return (head, body);
+            }
+        }
+        let mut buf = [0u8; 65536];
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+            .await
+            .expect("an answer in time")
+            .unwrap();
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(pending));
+        pending.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keep_alive_connection_serves_bodiless_requests_and_then_bodies() {
+    // The proxy's own HTTP/1 loop takes bodiless requests and hands the connection to hyper at
+    // the first one with a body; the client sees one connection that answers everything.
+    let o = Origin::start("o", Duration::ZERO).await;
+    let text = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", ""));
+    let (p, addr) = proxy(&text).await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut pending = Vec::new();
+    s.write_all(b"GET /corpus/random/100 HTTP/1.1\r\nHost: x\r\n\r\nHEAD /corpus/random/300 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (h, body) = one_answer(&mut s, &mut pending, false).await;
+    assert!(
+        h.starts_with("http/1.1 200 ok\r\n") && h.contains("date: "),
+        "{h}"
+    );
+    assert_eq!(body.len(), 100);
+    // HEAD: the length it would have, no body (the next answer follows at once).
+    s.write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+        .await
+        .unwrap();
+    let (head, _) = one_answer(&mut s, &mut pending, true).await;
+    assert!(head.contains("content-length: 300\r\n"), "{head}");
+    let (h, body) = one_answer(&mut s, &mut pending, false).await;
+    assert!(h.starts_with("http/1.1 200"), "{h}");
+    let echo = String::from_utf8_lossy(&body);
+    assert!(
+        echo.contains("\"body_bytes\":5") && echo.contains("\"method\":\"POST\""),
+        "the POST and its body reached the server: {echo}"
+    );
+    // After the hand-off, bodiless requests still work on the same connection.
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (h, _) = one_answer(&mut s, &mut pending, false).await;
+    assert!(h.starts_with("http/1.1 200"), "{h}");
+    // HTTP/1.0 without keep-alive: answered in 1.0, then closed.
+    let out = raw(addr, b"GET /corpus/random/10 HTTP/1.0\r\n\r\n").await;
+    assert!(out.starts_with("HTTP/1.0 200 OK\r\n"), "{out}");
+    assert!(!out.to_lowercase().contains("keep-alive"), "{out}");
+    // HTTP/1.0 with keep-alive stays open and says so.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /corpus/random/10 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        .await
+        .unwrap();
+    let mut pending = Vec::new();
+    let (h, body) = one_answer(&mut s, &mut pending, false).await;
+    assert!(
+        h.starts_with("http/1.0 200 ok\r\n") && h.contains("connection: keep-alive"),
+        "{h}"
+    );
+    assert_eq!(body.len(), 10);
+    s.write_all(b"GET /corpus/random/20 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(one_answer(&mut s, &mut pending, false).await.1.len(), 20);
+    assert_eq!(p.snapshot().groups[0].servers[0].requests, 7);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ambiguous_framing_is_refused_and_never_forwarded() {
     let o = Origin::start("o", Duration::ZERO).await;

@@ -1,5 +1,5 @@
-//! The response body on its way to the client ([`RespBody`]), and the [`Exchange`] that ends
-//! when it does.
+//! The response body on its way to the client ([`RespBody`]), the [`Exchange`] that ends
+//! when it does, and the request body on its way to the server ([`ReqBody`]).
 //!
 //! A server's body is read straight from the server connection as the client takes it, and
 //! de-framed by [`codec::Decoder`] (payload bytes are handed on without a copy); nothing is
@@ -35,6 +35,45 @@ use crate::http::compress::{EncodeError, Stage};
 use crate::http::ConnActivity;
 use crate::stats::VirtualServerCounters;
 use crate::upstream::Conn;
+
+/// A client's request body as the proxy forwards it.
+#[derive(Debug)]
+pub enum ReqBody {
+    /// None: a request the proxy's own HTTP/1 loop read (it takes only bodiless ones, see
+    /// `crate::http::h1`).
+    Empty,
+    /// hyper's, as the client sends it.
+    Client(hyper::body::Incoming),
+}
+
+impl Body for ReqBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            ReqBody::Empty => Poll::Ready(None),
+            ReqBody::Client(b) => Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ReqBody::Empty => true,
+            ReqBody::Client(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ReqBody::Empty => SizeHint::with_exact(0),
+            ReqBody::Client(b) => b.size_hint(),
+        }
+    }
+}
 
 /// Why a server's body could not be read to its end.
 #[derive(Debug, thiserror::Error)]

@@ -56,8 +56,7 @@ pub fn write_request_head(
     match framing {
         RequestFraming::Length(n) => {
             out.put_slice(b"content-length: ");
-            let mut b = itoa_buf();
-            out.put_slice(itoa(n, &mut b));
+            put_decimal(out, n);
             out.put_slice(b"\r\n");
         }
         RequestFraming::Chunked => out.put_slice(b"transfer-encoding: chunked\r\n"),
@@ -74,8 +73,10 @@ fn needs_zero_length(m: &Method) -> bool {
     matches!(*m, Method::POST | Method::PUT | Method::PATCH)
 }
 
-fn itoa_buf() -> [u8; 20] {
-    [0; 20]
+/// Writes `n` in decimal.
+pub fn put_decimal(out: &mut BytesMut, n: u64) {
+    let mut b = [0; 20];
+    out.put_slice(itoa(n, &mut b));
 }
 
 /// Decimal digits of `n` in `buf`.
@@ -610,7 +611,7 @@ mod tests {
             &out[..],
             b"GET / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
         );
-        let mut b = itoa_buf();
+        let mut b = [0; 20];
         assert_eq!(itoa(0, &mut b), b"0");
         assert_eq!(itoa(u64::MAX, &mut b), b"18446744073709551615");
     }

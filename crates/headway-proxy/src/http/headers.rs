@@ -60,7 +60,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) -> bool {
 }
 
 /// The comma-separated options of `Connection` field values, trimmed.
-fn connection_options<'a>(
+pub(super) fn connection_options<'a>(
     values: impl Iterator<Item = &'a HeaderValue>,
 ) -> impl Iterator<Item = &'a str> {
     values

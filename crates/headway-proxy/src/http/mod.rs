@@ -1,8 +1,11 @@
 //! The L7 path: an HTTP virtual server's client connections and the request phases.
 //!
 //! ```text
-//!  client conn ──▶ Guarded (framing check, activity) ──▶ hyper auto (HTTP/1.1 keep-alive and
-//!                                                        pipelining, HTTP/2 prior knowledge)
+//!  client conn ──▶ HTTP/1: the own loop ([`h1`]: bodiless requests, keep-alive, pipelining)
+//!                  │       └─ from the first request it does not take (a body, Expect,
+//!                  │          Upgrade, a bad or oversized head): ─┐
+//!                  └ HTTP/2 (prior knowledge, ALPN) ──────────────┴▶ Guarded (framing check,
+//!                                                                    activity) ──▶ hyper
 //!  per request:
 //!   1 admit     framing verdict (400 + close) · per-client rate (429)
 //!   2 route     content-switching rules → server group
@@ -29,6 +32,7 @@ pub mod body;
 pub mod codec;
 pub mod compress;
 pub mod framing;
+pub mod h1;
 pub mod headers;
 pub mod rewind;
 pub mod route;
@@ -36,8 +40,10 @@ pub mod write_batch;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -56,7 +62,7 @@ use crate::group::{Affinity, Group, Lease, Unavailable};
 use crate::limits::ClientLimits;
 use crate::stats::VirtualServerCounters;
 use access_log::{Entry, Logger};
-use body::{Exchange, RespBody};
+use body::{Exchange, ReqBody, RespBody};
 use framing::{FramingChecker, Guarded, Verdict};
 use headers::{Forwarding, Rules};
 use route::Router;
@@ -439,6 +445,25 @@ struct Conn {
     activity: Arc<ConnActivity>,
 }
 
+impl Conn {
+    /// A connection's context with no request seen yet.
+    fn new(
+        peer: SocketAddr,
+        client: headers::Client,
+        slot: Arc<Slot>,
+        activity: Arc<ConnActivity>,
+    ) -> Self {
+        Conn {
+            peer,
+            client,
+            slot,
+            verdict: Arc::default(),
+            requests: AtomicU64::new(0),
+            activity,
+        }
+    }
+}
+
 /// Serves one accepted cleartext HTTP client connection until it ends, it idles out, or
 /// `drain` turns true (then in-flight requests finish and the connection closes). A client
 /// that sends nothing within the request header timeout is closed (slow clients, see
@@ -474,6 +499,9 @@ pub async fn serve_connection(
 /// Serves one client connection over any byte stream (TLS after its handshake: `h2` from the
 /// negotiated ALPN protocol), like [`serve_connection`]. `activity` is the connection's, shared
 /// with the stream when it wants to know (TLS keeps the last answer for its close).
+///
+/// HTTP/1 connections are served by the proxy's own loop ([`h1`]) until a request needs hyper;
+/// HTTP/2 ones by hyper.
 pub async fn serve_stream<S: Stream>(
     slot: Arc<Slot>,
     stream: S,
@@ -484,6 +512,44 @@ pub async fn serve_stream<S: Stream>(
 ) {
     let vs = slot.vs.load_full();
     let cfg = &vs.config;
+    let (idle, header) = (cfg.client_idle_timeout, cfg.request_header_timeout);
+    let conn = Conn::new(
+        peer,
+        headers::Client::new(peer.ip()),
+        slot.clone(),
+        activity.clone(),
+    );
+    let c: Pin<Box<dyn Served>> = if h2 {
+        hyper_conn(&vs, stream, conn, true)
+    } else {
+        let graceful = Arc::new(AtomicBool::new(false));
+        let conn = Arc::new(conn);
+        let own = h1::Own {
+            conn: conn.clone(),
+            graceful: graceful.clone(),
+            max_head: cfg.max_header_bytes,
+            max_headers: cfg.max_headers,
+        };
+        Box::pin(H1Conn {
+            state: H1State::Own(Box::pin(h1::serve(stream, own))),
+            graceful,
+            conn,
+        })
+    };
+    drop(vs);
+    // Boxed: this function's own state stays small.
+    Box::pin(drive(c, peer, drain, &activity, idle, header)).await;
+}
+
+/// hyper serving `stream` (the rest of an HTTP/1 connection, or an HTTP/2 one) for `conn`,
+/// behind the framing check.
+fn hyper_conn<S: Stream>(
+    vs: &VsRuntime,
+    stream: S,
+    mut conn: Conn,
+    h2: bool,
+) -> Pin<Box<dyn Served>> {
+    let cfg = &vs.config;
     let verdict = Arc::new(Verdict::default());
     let io = ClientIo {
         inner: Some(Guarded::new(
@@ -491,39 +557,75 @@ pub async fn serve_stream<S: Stream>(
             FramingChecker::new(cfg.max_header_bytes, cfg.max_headers),
             verdict.clone(),
         )),
-        activity: activity.clone(),
+        activity: conn.activity.clone(),
         verdict: verdict.clone(),
         defer_writes: !h2,
         answer_pending: false,
     };
-    let conn = Arc::new(Conn {
-        peer,
-        client: headers::Client::new(peer.ip()),
-        slot: slot.clone(),
-        verdict,
-        requests: AtomicU64::new(0),
-        activity: activity.clone(),
-    });
-    let service = hyper::service::service_fn(move |req| {
+    conn.verdict = verdict;
+    let conn = Arc::new(conn);
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         // Boxed: a request's state machine is kilobytes, and hyper moves the service's future
         // into place by value; a box is copied once.
-        let response = Box::pin(handle(conn.clone(), req));
+        let response = Box::pin(handle(conn.clone(), req.map(ReqBody::Client)));
         async move { Ok::<_, Infallible>(response.await) }
     });
-    let idle = cfg.client_idle_timeout;
-    let header = cfg.request_header_timeout;
     if h2 {
-        let c = vs
-            .http2
-            .serve_connection(TokioIo::new(write_batch::WriteBatch::new(io)), service);
-        drop(vs);
-        // Boxed (see `handle`): this function's own state stays small, and an HTTP/1
-        // connection's future is not as large as an HTTP/2 one's.
-        Box::pin(drive(c, peer, drain, &activity, idle, header)).await;
+        Box::pin(
+            vs.http2
+                .serve_connection(TokioIo::new(write_batch::WriteBatch::new(io)), service),
+        )
     } else {
-        let c = vs.http1.serve_connection(TokioIo::new(io), service);
-        drop(vs);
-        Box::pin(drive(c, peer, drain, &activity, idle, header)).await;
+        Box::pin(vs.http1.serve_connection(TokioIo::new(io), service))
+    }
+}
+
+/// An HTTP/1 connection: the proxy's own loop, then (from the first request it does not take)
+/// hyper.
+struct H1Conn<S: Stream> {
+    state: H1State<S>,
+    /// Tells the own loop to finish.
+    graceful: Arc<AtomicBool>,
+    /// The connection's context, copied for hyper.
+    conn: Arc<Conn>,
+}
+
+enum H1State<S: Stream> {
+    Own(Pin<Box<dyn std::future::Future<Output = h1::Ending<S>> + Send>>),
+    Hyper(Pin<Box<dyn Served>>),
+}
+
+impl<S: Stream> Served for H1Conn<S> {
+    fn poll_served(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        let me = &mut *self;
+        loop {
+            match &mut me.state {
+                H1State::Own(f) => match std::task::ready!(f.as_mut().poll(cx)) {
+                    h1::Ending::Closed(r) => return Poll::Ready(r.map_err(Into::into)),
+                    h1::Ending::Handoff(io, rest) => {
+                        // The requests before were the own loop's; hyper's are numbered
+                        // from 1 again, as its framing check numbers them.
+                        let c = &me.conn;
+                        let conn =
+                            Conn::new(c.peer, c.client.clone(), c.slot.clone(), c.activity.clone());
+                        let vs = c.slot.vs.load();
+                        let mut h = hyper_conn(&vs, rewind::Rewind::new(rest, io), conn, false);
+                        if me.graceful.load(Relaxed) {
+                            h.as_mut().graceful();
+                        }
+                        me.state = H1State::Hyper(h);
+                    }
+                },
+                H1State::Hyper(h) => return h.as_mut().poll_served(cx),
+            }
+        }
+    }
+
+    fn graceful(mut self: Pin<&mut Self>) {
+        self.graceful.store(true, Relaxed);
+        if let H1State::Hyper(h) = &mut self.state {
+            h.as_mut().graceful();
+        }
     }
 }
 
@@ -553,44 +655,59 @@ async fn first_bytes(stream: &mut ClientSocket, limit: Duration) -> Option<(Byte
     }
 }
 
-/// A hyper server connection that can be asked to finish gracefully.
-trait GracefulConn: std::future::Future<Output = Result<(), hyper::Error>> {
-    fn graceful(self: std::pin::Pin<&mut Self>);
+/// Why a connection ended early, for the log.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A client connection being served, which can be asked to finish gracefully (no new
+/// requests; those in flight finish).
+trait Served: Send {
+    /// Serves; ready when the connection has ended.
+    fn poll_served(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>>;
+    /// Asks the connection to finish.
+    fn graceful(self: Pin<&mut Self>);
 }
 
-impl<I, S> GracefulConn for hyper::server::conn::http1::Connection<I, S>
+impl<I, S> Served for hyper::server::conn::http1::Connection<I, S>
 where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin,
-    S: hyper::service::HttpService<Incoming, ResBody = RespBody>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send,
+    S: hyper::service::HttpService<Incoming, ResBody = RespBody> + Send,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S::Future: Send,
 {
-    fn graceful(self: std::pin::Pin<&mut Self>) {
+    fn poll_served(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        std::future::Future::poll(self, cx).map_err(Into::into)
+    }
+
+    fn graceful(self: Pin<&mut Self>) {
         self.graceful_shutdown();
     }
 }
 
-impl<I, S> GracefulConn for hyper::server::conn::http2::Connection<I, S, TokioExecutor>
+impl<I, S> Served for hyper::server::conn::http2::Connection<I, S, TokioExecutor>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-    S: hyper::service::HttpService<Incoming, ResBody = RespBody>,
+    S: hyper::service::HttpService<Incoming, ResBody = RespBody> + Send,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     S::Future: Send + 'static,
 {
-    fn graceful(self: std::pin::Pin<&mut Self>) {
+    fn poll_served(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        std::future::Future::poll(self, cx).map_err(Into::into)
+    }
+
+    fn graceful(self: Pin<&mut Self>) {
         self.graceful_shutdown();
     }
 }
 
 /// Runs a connection to its end, with the idle and header timeouts and the drain signal.
-async fn drive<C: GracefulConn>(
-    c: C,
+async fn drive(
+    mut c: Pin<Box<dyn Served>>,
     peer: SocketAddr,
     drain: watch::Receiver<bool>,
     activity: &ConnActivity,
     idle: Duration,
     header: Duration,
 ) {
-    tokio::pin!(c);
     let mut draining = *drain.borrow();
     if draining {
         c.as_mut().graceful();
@@ -623,7 +740,7 @@ async fn drive<C: GracefulConn>(
                 }
                 tick = Gated::new(Box::pin(tokio::time::sleep(wait)));
             }
-            r = c.as_mut() => {
+            r = std::future::poll_fn(|cx| c.as_mut().poll_served(cx)) => {
                 if let Err(e) = r {
                     tracing::debug!(client = %peer, error = %e, "client connection ended with an error");
                     activity.linger();
@@ -680,7 +797,7 @@ fn version_name(v: Version) -> &'static str {
     }
 }
 
-async fn handle(conn: Arc<Conn>, req: Request<Incoming>) -> Response<RespBody> {
+async fn handle(conn: Arc<Conn>, req: Request<ReqBody>) -> Response<RespBody> {
     let n = conn.requests.fetch_add(1, Relaxed) + 1;
     let vs = conn.slot.vs.load_full();
     let counters = &vs.shared.counters;
@@ -746,7 +863,7 @@ async fn phases(
     vs: &Arc<VsRuntime>,
     n: u64,
     mut parts: http::request::Parts,
-    body: Incoming,
+    body: ReqBody,
     started: Instant,
     log: &mut Option<(Arc<Logger>, Entry)>,
 ) -> Flow<Response<RespBody>> {
@@ -997,7 +1114,7 @@ async fn upstream(
     vs: &Arc<VsRuntime>,
     group: &Arc<Group>,
     mut parts: http::request::Parts,
-    body: Option<Incoming>,
+    body: Option<ReqBody>,
     cookie: Option<&[u8]>,
 ) -> Flow<Upstream> {
     let cfg = &group.config;
@@ -1120,7 +1237,7 @@ async fn exchange(
     server: &crate::group::ServerState,
     cfg: &headway_config::adc::ServerGroup,
     head: &[u8],
-    body: &mut Option<Incoming>,
+    body: &mut Option<ReqBody>,
     framing: codec::RequestFraming,
     method: &Method,
     vs_counters: &VirtualServerCounters,
@@ -1272,7 +1389,7 @@ async fn exchange(
 /// Streams the client's request body to the server in the framing of the head.
 async fn send_body(
     s: &mut crate::tls::ServerStream,
-    body: &mut Incoming,
+    body: &mut ReqBody,
     framing: codec::RequestFraming,
     vs_counters: &VirtualServerCounters,
     server_counters: &crate::stats::ServerCounters,
