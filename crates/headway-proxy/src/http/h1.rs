@@ -35,7 +35,7 @@ use hyper::body::Body as _;
 use tokio::io::AsyncWriteExt as _;
 
 use super::body::{ReqBody, RespBody};
-use super::{Conn, Stream};
+use super::{Conn, ConnActivity, Stream};
 
 /// At most this many header fields are parsed on the fast path; a request with more goes to
 /// hyper (which applies the configured limit).
@@ -389,7 +389,7 @@ pub(super) async fn serve<S: Stream>(mut io: S, own: Own) -> Ending<S> {
             &http_date(),
         );
         drop(parts);
-        if let Err(e) = send(&mut io, &out, &mut queue, body, framing).await {
+        if let Err(e) = send(&mut io, &activity, &out, &mut queue, body, framing).await {
             return Ending::Closed(Err(e));
         }
         activity.touch();
@@ -418,6 +418,7 @@ async fn close<S: Stream>(mut io: S, linger: bool) -> io::Result<()> {
 /// has the whole answer.
 async fn send<S: Stream>(
     io: &mut S,
+    activity: &ConnActivity,
     head: &[u8],
     queue: &mut Vec<Bytes>,
     body: RespBody,
@@ -425,12 +426,13 @@ async fn send<S: Stream>(
 ) -> io::Result<()> {
     if matches!(framing, Framing::None) {
         drop(body);
-        write_all(io, head, &[]).await?;
+        write_all(io, activity, head, &[]).await?;
         return io.flush().await;
     }
     let chunked = framing == Framing::Chunked;
     let mut head = Some(head);
     let mut body = Some(body);
+    let mut sent = 0u64;
     while let Some(b) = body.as_mut() {
         queue.clear();
         let mut gathered = 0;
@@ -455,6 +457,7 @@ async fn send<S: Stream>(
                     if let Ok(data) = frame.into_data() {
                         if !data.is_empty() {
                             gathered += data.len();
+                            sent += data.len() as u64;
                             if chunked {
                                 let mut size = BytesMut::with_capacity(18);
                                 super::codec::write_chunk_size(&mut size, data.len());
@@ -478,11 +481,20 @@ async fn send<S: Stream>(
         }
         if done {
             body = None;
+            if let Framing::Length(n) = framing {
+                if sent != n {
+                    // The client would wait for bytes that never come, or read the surplus as
+                    // its next answer: end the connection instead.
+                    return Err(io::Error::other(format!(
+                        "the answer's body had {sent} bytes, its head said {n}"
+                    )));
+                }
+            }
             if chunked {
                 queue.push(Bytes::from_static(b"0\r\n\r\n"));
             }
         }
-        write_all(io, head.take().unwrap_or_default(), queue).await?;
+        write_all(io, activity, head.take().unwrap_or_default(), queue).await?;
         if !done {
             io.flush().await?;
         }
@@ -491,8 +503,14 @@ async fn send<S: Stream>(
     io.flush().await
 }
 
-/// Writes `first` and then `rest`, in as few writes as the stream allows.
-async fn write_all<S: Stream>(io: &mut S, first: &[u8], rest: &[Bytes]) -> io::Result<()> {
+/// Writes `first` and then `rest`, in as few writes as the stream allows, noting each write in
+/// `activity`.
+async fn write_all<S: Stream>(
+    io: &mut S,
+    activity: &ConnActivity,
+    first: &[u8],
+    rest: &[Bytes],
+) -> io::Result<()> {
     if !io.is_write_vectored() {
         // One buffer, so a TLS stream makes one record of a small answer.
         let total = first.len() + rest.iter().map(Bytes::len).sum::<usize>();
@@ -501,7 +519,9 @@ async fn write_all<S: Stream>(io: &mut S, first: &[u8], rest: &[Bytes]) -> io::R
         for b in rest {
             flat.extend_from_slice(b);
         }
-        return io.write_all(&flat).await;
+        io.write_all(&flat).await?;
+        activity.touch();
+        return Ok(());
     }
     let mut slices: smallvec::SmallVec<[IoSlice<'_>; 16]> = smallvec::SmallVec::new();
     if !first.is_empty() {
@@ -514,6 +534,8 @@ async fn write_all<S: Stream>(io: &mut S, first: &[u8], rest: &[Bytes]) -> io::R
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
+        // A slow client that keeps taking the answer is not idle.
+        activity.touch();
         IoSlice::advance_slices(&mut left, n);
     }
     Ok(())
