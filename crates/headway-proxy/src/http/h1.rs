@@ -71,9 +71,14 @@ pub fn take_head(
     max_headers: usize,
     names: &mut Vec<(HeaderName, usize, usize)>,
 ) -> Head {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_FAST_HEADERS];
-    let mut req = httparse::Request::new(&mut slots[..max_headers.min(MAX_FAST_HEADERS)]);
-    let n = match req.parse(buf) {
+    // Uninitialised slots: filling 64 empty headers (2 KiB) for every request cost more than
+    // parsing a short head.
+    let mut slots =
+        [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FAST_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let parsed =
+        req.parse_with_uninit_headers(buf, &mut slots[..max_headers.min(MAX_FAST_HEADERS)]);
+    let n = match parsed {
         Ok(httparse::Status::Complete(n)) if n <= max_head => n,
         Ok(httparse::Status::Partial) if buf.len() <= max_head => return Head::Partial,
         _ => return Head::Other,
@@ -372,8 +377,10 @@ pub(super) async fn serve<S: Stream>(mut io: S, own: Own) -> Ending<S> {
         };
         let resp = Box::pin(super::handle(own.conn.clone(), req)).await;
         let (parts, body) = resp.into_parts();
+        // The client may send more after this answer (it asked to keep the connection).
+        let client_stays = asked.keep_alive;
         let asked = Asked {
-            keep_alive: asked.keep_alive && !own.graceful.load(Relaxed),
+            keep_alive: client_stays && !own.graceful.load(Relaxed),
             ..asked
         };
         if std::mem::take(&mut fresh) {
@@ -394,10 +401,11 @@ pub(super) async fn serve<S: Stream>(mut io: S, own: Own) -> Ending<S> {
         }
         activity.touch();
         if !keep {
-            // The client may have sent more than this answer's request (pipelined, or after
-            // a request the answer refused): close lingering, so its unread bytes do not turn
-            // the close into a reset that destroys the answer.
-            let more = !buf.is_empty() || (asked.keep_alive && !eof);
+            // The client may have sent more than this answer's request (pipelined, after a
+            // request the answer refused, or while the connection was drained): close
+            // lingering, so its unread bytes do not turn the close into a reset that destroys
+            // the answer.
+            let more = !buf.is_empty() || (client_stays && !eof);
             return Ending::Closed(close(io, more).await);
         }
     }
