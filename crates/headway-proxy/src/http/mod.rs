@@ -62,7 +62,7 @@ use crate::group::{Affinity, Group, Lease, Unavailable};
 use crate::limits::ClientLimits;
 use crate::stats::VirtualServerCounters;
 use access_log::{Entry, Logger};
-use body::{Exchange, ReqBody, RespBody};
+use body::{Exchange, LogLine, ReqBody, RespBody};
 use framing::{FramingChecker, Guarded, Verdict};
 use headers::{Forwarding, Rules};
 use route::Router;
@@ -817,7 +817,7 @@ async fn handle(conn: Arc<Conn>, req: Request<ReqBody>) -> Response<RespBody> {
                 .unwrap_or("")
                 .to_string()
         };
-        (
+        Box::new((
             l.clone(),
             Entry {
                 time: Some(headway_core::clock::wall_clock()),
@@ -834,7 +834,7 @@ async fn handle(conn: Arc<Conn>, req: Request<ReqBody>) -> Response<RespBody> {
                 user_agent: h(header::USER_AGENT),
                 ..Entry::default()
             },
-        )
+        ))
     });
     // Boxed, as `upstream` boxes `exchange`: the compiler keeps an awaited future's state
     // twice in its caller's (once as the call's result, once where it is polled), so each
@@ -846,7 +846,8 @@ async fn handle(conn: Arc<Conn>, req: Request<ReqBody>) -> Response<RespBody> {
     };
     counters.responses.record(resp.status().as_u16());
     // A response made here carries no exchange: end the request's accounting now.
-    if let Some((logger, mut e)) = log {
+    if let Some(line) = log {
+        let (logger, mut e) = *line;
         e.status = resp.status().as_u16();
         e.duration = SystemClock::now().saturating_duration_since(started);
         e.bytes = resp.body().size_hint().exact().unwrap_or(0);
@@ -865,7 +866,7 @@ async fn phases(
     mut parts: http::request::Parts,
     body: ReqBody,
     started: Instant,
-    log: &mut Option<(Arc<Logger>, Entry)>,
+    log: &mut Option<LogLine>,
 ) -> Flow<Response<RespBody>> {
     let local_end = |r: Response<RespBody>| {
         conn.activity.exchange_done();
@@ -901,7 +902,7 @@ async fn phases(
     // 2 route
     let (group, _rule) = vs.router.route(&parts);
     let group = group.clone();
-    if let Some((_, e)) = log.as_mut() {
+    if let Some((_, e)) = log.as_deref_mut() {
         e.group = group.config.name.clone();
     }
     let accepted = vs.compression.as_ref().map(|c| c.accepts(&parts.headers));
@@ -995,10 +996,10 @@ async fn phases(
             }
             let status = rparts.status.as_u16();
             lease.server.counters.responses.record(status);
-            let log = log.take().map(|(l, mut e)| {
-                e.status = status;
-                e.server = group.members[lease.index].name.clone();
-                (l, e)
+            let log = log.take().map(|mut line| {
+                line.1.status = status;
+                line.1.server = group.members[lease.index].name.clone();
+                line
             });
             let exchange = Exchange {
                 lease: Some(lease),
