@@ -167,7 +167,8 @@ pub fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, usize)>, 
     } else {
         Version::HTTP_11
     };
-    let mut headers = HeaderMap::with_capacity(resp.headers.len());
+    // Room for a field or two the proxy adds (Vary, a persistence cookie) without a rehash.
+    let mut headers = HeaderMap::with_capacity(resp.headers.len() + 2);
     for f in resp.headers.iter() {
         let name = HeaderName::from_bytes(f.name.as_bytes()).map_err(|_| ParseError::Head)?;
         let value = HeaderValue::from_bytes(f.value).map_err(|_| ParseError::Head)?;

@@ -7,9 +7,11 @@
 //! largest part of the proxy's user-space time per keep-alive request that was not our own.
 //! This loop reads a request head with httparse (hyper's parser), hands the request to the
 //! pipeline (`super::handle`) in the connection's own task, and writes the answer with as few
-//! system calls as it can: head and body in one `writev` when the body is ready. At a fixed
-//! 9,600 keep-alive requests/s of 128 B answers it cut the proxy's CPU per request by 12 %
-//! (median of 5 alternating runs each; user time by 15 %).
+//! system calls as it can: head and body in one `writev` when the body is ready. Counted with
+//! callgrind (user-space instructions per proxied keep-alive request, 128 B answers, the same
+//! count of requests with and without the loop): 29,075 with hyper, 27,078 with this loop.
+//! (Timed CPU per request moves by ±10 % between runs on a shared 2-core machine, more than
+//! this change.)
 //!
 //! The first request it does not take — one with a body (`Content-Length`,
 //! `Transfer-Encoding`), `Expect`, `Upgrade`, `CONNECT`, a version other than 1.0 and 1.1, a
@@ -142,7 +144,9 @@ fn build(
     names: &mut Vec<(HeaderName, usize, usize)>,
 ) -> Option<Request<ReqBody>> {
     let uri = Uri::from_maybe_shared(head.slice(target)).ok()?;
-    let mut headers = HeaderMap::with_capacity(names.len());
+    // Room for the fields the proxy adds before forwarding (X-Forwarded-For, -Proto,
+    // Forwarded, Host): growing the map rehashes it.
+    let mut headers = HeaderMap::with_capacity(names.len() + 4);
     for (name, from, to) in names.drain(..) {
         let value = HeaderValue::from_maybe_shared(head.slice(from..to)).ok()?;
         headers.append(name, value);
