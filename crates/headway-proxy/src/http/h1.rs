@@ -2,16 +2,15 @@
 //! hyper for everything else.
 //!
 //! Most requests an ADC sees carry no body (`GET`, `HEAD`, …). For them hyper's server
-//! dispatcher — its general request and response state machines, the request parsed twice
-//! (by the framing check, then by hyper), the service future moved into hyper's box — was the
-//! largest part of the proxy's user-space time per keep-alive request that was not our own.
-//! This loop reads a request head with httparse (hyper's parser), hands the request to the
-//! pipeline (`super::handle`) in the connection's own task, and writes the answer with as few
-//! system calls as it can: head and body in one `writev` when the body is ready. Counted with
-//! callgrind (user-space instructions per proxied keep-alive request, 128 B answers, the same
-//! count of requests with and without the loop): 29,075 with hyper, 27,078 with this loop.
-//! (Timed CPU per request moves by ±10 % between runs on a shared 2-core machine, more than
-//! this change.)
+//! dispatcher does more than the proxy needs: general request and response state machines,
+//! the request parsed twice (by the framing check, then by hyper), the service future moved
+//! into hyper's box. This loop reads a request head with httparse (hyper's parser), hands the
+//! request to the pipeline (`super::handle`) in the connection's own task, and writes the
+//! answer with as few system calls as it can: head and body in one `writev` when the body is
+//! ready. Counted with callgrind (user-space instructions per proxied keep-alive request,
+//! 128 B answers, the same count of requests with and without the loop): 29,075 with hyper,
+//! 27,078 with this loop. (Timed CPU per request moves by ±10 % between runs on a shared
+//! 2-core machine, more than this change.)
 //!
 //! The first request it does not take — one with a body (`Content-Length`,
 //! `Transfer-Encoding`), `Expect`, `Upgrade`, `CONNECT`, a version other than 1.0 and 1.1, a
