@@ -373,18 +373,17 @@ pub(super) async fn serve<S: Stream>(mut io: S, own: Own) -> Ending<S> {
             }
         };
         activity.head_partial.store(false, Relaxed);
-        let asked = Asked {
-            head: req.method() == Method::HEAD,
-            version: req.version(),
-            keep_alive: !super::headers::request_closes(req.version(), req.headers()),
-        };
+        let (head, version) = (req.method() == Method::HEAD, req.version());
         let resp = Box::pin(super::handle(own.conn.clone(), req)).await;
         let (parts, body) = resp.into_parts();
-        // The client may send more after this answer (it asked to keep the connection).
-        let client_stays = asked.keep_alive;
+        // The client may send more after this answer: it did not ask to close (`handle` noted
+        // that in the activity; a request that closes is this loop's last, so the note is
+        // about this one).
+        let client_stays = !activity.last_exchange.load(Relaxed);
         let asked = Asked {
+            head,
+            version,
             keep_alive: client_stays && !own.graceful.load(Relaxed),
-            ..asked
         };
         if std::mem::take(&mut fresh) {
             TakeTurn(false).await;
