@@ -73,6 +73,8 @@ pub struct Conn {
     pub buf: BytesMut,
     /// Whether it came from the pool.
     pub reused: bool,
+    /// Scratch space for parsing response heads (`http::codec::parse_response_head`).
+    pub names: Vec<(http::HeaderName, usize, usize)>,
     since: Instant,
 }
 
@@ -189,17 +191,18 @@ impl Pool {
             stream,
             buf: BytesMut::with_capacity(READ_BUF),
             reused: false,
+            names: Vec::new(),
             since: SystemClock::now(),
         })
     }
 
-    /// Returns a connection whose last response was read to its end and nothing more.
-    pub fn checkin(&self, mut c: Conn) {
+    /// Returns a connection whose last response was read to its end (`now`) and nothing more.
+    pub fn checkin(&self, mut c: Conn, now: Instant) {
         let max = self.max_idle.load(Relaxed);
         if max == 0 || !c.buf.is_empty() {
             return;
         }
-        c.since = SystemClock::now();
+        c.since = now;
         let mut idle = self.list().lock();
         if idle.len() < max {
             idle.push(c);
@@ -224,7 +227,7 @@ mod tests {
             .unwrap();
         let (mut server_side, _) = l.accept().await.unwrap();
         assert!(!c.reused);
-        pool.checkin(c);
+        pool.checkin(c, SystemClock::now());
         assert_eq!(pool.idle_len(), 1);
         // The server closes it while idle; wait (bounded) until the runtime has seen it.
         server_side.shutdown().await.unwrap();
@@ -268,7 +271,7 @@ mod tests {
                     .await
                     .unwrap();
                 let reused = c.reused;
-                pool.checkin(c);
+                pool.checkin(c, SystemClock::now());
                 reused
             }))
             .unwrap()

@@ -23,7 +23,7 @@ use http::request::Parts;
 use http::StatusCode;
 use http_cache_semantics::{AfterResponse, BeforeRequest, CacheOptions, CachePolicy};
 
-use super::store::{vary_names, vary_values, Object};
+use super::store::{self, vary_names, vary_values, Object};
 
 /// Why a response is not stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -101,7 +101,8 @@ impl Pending {
         }
         let vary = vary_names(headers).ok_or(NotStored::Uncacheable)?;
         let request = shown_request(cx.request, g);
-        let mut shown = headers.clone();
+        // Detached: the server's values share the connection's read buffer.
+        let mut shown = store::detached(headers);
         shown.remove(header::SET_COOKIE);
         match g.force_expiry {
             // The flash cache: the server's caching fields do not count.
@@ -382,14 +383,17 @@ pub fn unconditional(req: &mut Parts) {
 
 /// The request as the group's rules let the crate see it.
 fn shown_request(req: &Parts, g: &Group) -> Parts {
+    // The URI and the fields are copied, not shared: the request's share the client
+    // connection's read buffer, which the cached policy would otherwise keep alive.
+    let uri = http::Uri::try_from(req.uri.to_string()).unwrap_or_else(|_| req.uri.clone());
     let mut shown = http::Request::builder()
         .method(req.method.clone())
-        .uri(req.uri.clone())
+        .uri(uri)
         .body(())
         .expect("method and URI are valid")
         .into_parts()
         .0;
-    shown.headers = req.headers.clone();
+    shown.headers = store::detached(&req.headers);
     // A HEAD fills and reuses GET objects.
     if shown.method == http::Method::HEAD {
         shown.method = http::Method::GET;

@@ -295,7 +295,24 @@ impl Keys {
 
 /// The values of `names` in `headers`, as a variant records them.
 pub fn vary_values(names: &[HeaderName], headers: &HeaderMap) -> Box<[Option<HeaderValue>]> {
-    names.iter().map(|n| headers.get(n).cloned()).collect()
+    names.iter().map(|n| headers.get(n).map(detach)).collect()
+}
+
+/// A copy of `headers` whose values own their bytes (see [`detach`]).
+pub fn detached(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (n, v) in headers {
+        out.append(n.clone(), detach(v));
+    }
+    out
+}
+
+/// A copy of `v` that owns its bytes. A value parsed from a connection's read buffer shares
+/// that buffer (16 KiB or more); kept in the cache, it would keep the whole buffer alive.
+pub fn detach(v: &HeaderValue) -> HeaderValue {
+    let mut d = HeaderValue::from_bytes(v.as_bytes()).unwrap_or_else(|_| v.clone());
+    d.set_sensitive(v.is_sensitive());
+    d
 }
 
 /// Whether `headers` carry the values a variant was stored for.
@@ -368,6 +385,32 @@ mod tests {
             swr_until: now,
             sie_until: now,
         })
+    }
+
+    #[test]
+    fn detached_values_own_their_bytes() {
+        let buf = Bytes::from_static(b"HTTP/1.1 200 OK\r\netag: \"v1\"\r\nset-cookie: a=b\r\n\r\n");
+        let within = |v: &HeaderValue| {
+            let p = v.as_bytes().as_ptr() as usize;
+            let b = buf.as_ptr() as usize;
+            (b..b + buf.len()).contains(&p)
+        };
+        let etag = HeaderValue::from_maybe_shared(buf.slice(23..27)).unwrap();
+        let mut cookie = HeaderValue::from_maybe_shared(buf.slice(41..44)).unwrap();
+        cookie.set_sensitive(true);
+        assert!(within(&etag) && within(&cookie));
+        let mut h = HeaderMap::new();
+        h.append(header::ETAG, etag);
+        h.append(header::SET_COOKIE, cookie.clone());
+        h.append(header::SET_COOKIE, HeaderValue::from_static("c=d"));
+        let d = detached(&h);
+        assert_eq!(d, h);
+        assert!(d.values().all(|v| !within(v)));
+        assert!(d[header::SET_COOKIE].is_sensitive());
+        let names = [header::SET_COOKIE];
+        let v = vary_values(&names, &h);
+        assert_eq!(v[0].as_ref(), Some(&cookie));
+        assert!(!within(v[0].as_ref().unwrap()));
     }
 
     #[test]

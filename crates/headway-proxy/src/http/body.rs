@@ -116,14 +116,15 @@ pub struct Exchange {
 
 impl Exchange {
     fn end(mut self, complete: bool, body_bytes: u64, conn: Option<Conn>) {
-        let elapsed = SystemClock::now().saturating_duration_since(self.started);
+        let now = SystemClock::now();
+        let elapsed = now.saturating_duration_since(self.started);
         self.counters.latency.record(elapsed);
         self.counters.bytes_out.add(body_bytes);
         if let Some(lease) = &self.lease {
             lease.server.counters.bytes_in.add(body_bytes);
             if let Some(conn) = conn {
                 if complete && self.reusable {
-                    lease.server.pool.checkin(conn);
+                    lease.server.pool.checkin(conn, now);
                 }
             }
         }

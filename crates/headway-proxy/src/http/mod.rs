@@ -968,7 +968,7 @@ async fn phases(
                         .responses
                         .record(rparts.status.as_u16());
                     if !close && decoder.is_done() {
-                        lease.server.pool.checkin(server_conn);
+                        lease.server.pool.checkin(server_conn, SystemClock::now());
                     }
                     drop(lease);
                     return local_end(from_cache(vs, &method, accepted, cached));
@@ -1064,7 +1064,7 @@ async fn revalidate(conn: Arc<Conn>, vs: Arc<VsRuntime>, group: Arc<Group>, fetc
         Reply::Pass(Some(tee)) => tee,
         Reply::Pass(None) | Reply::Serve(_) => {
             if !close && decoder.is_done() {
-                lease.server.pool.checkin(server_conn);
+                lease.server.pool.checkin(server_conn, SystemClock::now());
             }
             return;
         }
@@ -1275,7 +1275,7 @@ async fn exchange(
         tracing::debug!(group = %cfg.name, server = %server.address, reason = why, "request to server failed");
     };
     let sent_at = SystemClock::now();
-    let deadline = tokio::time::Instant::now() + cfg.response_timeout;
+    let deadline = tokio::time::Instant::from_std(sent_at) + cfg.response_timeout;
     // Send: the head, then the body (as the client sends it). The head waits one turn of the
     // scheduler first, so that the requests of the connections served in one pass reach the
     // server together and wake it once (as the answers to clients do, see `ClientIo`).
@@ -1320,9 +1320,8 @@ async fn exchange(
     let read = async {
         loop {
             if !c.buf.is_empty() {
-                match codec::parse_response_head(&c.buf) {
-                    Ok(Some((h, n))) => {
-                        let _ = c.buf.split_to(n);
+                match codec::parse_response_head(&mut c.buf, &mut c.names) {
+                    Ok(Some(h)) => {
                         if h.status.is_informational()
                             && h.status != StatusCode::SWITCHING_PROTOCOLS
                         {
