@@ -170,6 +170,19 @@ impl Pool {
             counters.reused.inc();
             return Ok(c);
         }
+        // Boxed: the connect and handshake futures were most of this future's size (1.5 KB),
+        // which every request's exchange carried and copied, while a pooled connection, the
+        // common case, needs neither.
+        Box::pin(self.connect(addr, connect_timeout, counters)).await
+    }
+
+    /// A new connection to `addr` (TLS if the pool's servers speak it).
+    async fn connect(
+        &self,
+        addr: SocketAddr,
+        connect_timeout: Duration,
+        counters: &ServerCounters,
+    ) -> Result<Conn, ConnectError> {
         let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => s,
             Ok(Err(source)) => return Err(ConnectError::Io { addr, source }),
