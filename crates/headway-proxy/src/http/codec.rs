@@ -159,7 +159,9 @@ pub fn parse_response_head(
     let len = match httparse::ParserConfig::default()
         .parse_response_with_uninit_headers(&mut resp, buf, &mut slots)
     {
-        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Complete(n)) if n <= MAX_RESPONSE_HEAD => n,
+        // The limit holds however the head arrived: whole in one read or in pieces.
+        Ok(httparse::Status::Complete(_)) => return Err(ParseError::TooLarge),
         Ok(httparse::Status::Partial) if buf.len() > MAX_RESPONSE_HEAD => {
             return Err(ParseError::TooLarge)
         }
@@ -663,5 +665,11 @@ mod tests {
             parse(b"HTTP/1.0 204 No Content\r\nX: \x7f\r\n\r\n").unwrap_err(),
             ParseError::Head
         );
+        // Over the limit whether it arrives whole or in pieces.
+        let mut big = b"HTTP/1.1 200 OK\r\nX-Big: ".to_vec();
+        big.resize(big.len() + MAX_RESPONSE_HEAD, b'a');
+        assert_eq!(parse(&big).unwrap_err(), ParseError::TooLarge);
+        big.extend_from_slice(b"\r\n\r\n");
+        assert_eq!(parse(&big).unwrap_err(), ParseError::TooLarge);
     }
 }
