@@ -16,14 +16,28 @@ enum Read {
     Partial,
     /// The head or the framing was refused.
     Refused,
-    /// Status, fields, the payload, and whether (and how many framing bytes after) it ended.
-    Message(u16, Vec<(String, Vec<u8>)>, Vec<u8>, Option<bool>),
+    /// Status, fields, the payload, and how the message ended.
+    Message(u16, Vec<(String, Vec<u8>)>, Vec<u8>, End),
+}
+
+/// How a response's body ended.
+#[derive(Debug, PartialEq)]
+enum End {
+    /// At its framing's end, with this many bytes of the input after it.
+    Done(usize),
+    /// The framing was malformed.
+    Malformed,
+    /// The input ended before the body did.
+    Short,
 }
 
 /// Reads `reads` (the bytes in the order they arrive) as the proxy does.
 fn read(reads: &[&[u8]]) -> Read {
     let mut buf = BytesMut::new();
     let mut names = Vec::new();
+    let total: usize = reads.iter().map(|r| r.len()).sum();
+    // Input bytes put into `buf` so far.
+    let mut fed = 0;
     let mut reads = reads.iter();
     // The head, skipping 1xx interim answers.
     let head = loop {
@@ -42,7 +56,10 @@ fn read(reads: &[&[u8]]) -> Read {
             }
         }
         match reads.next() {
-            Some(r) => buf.extend_from_slice(r),
+            Some(r) => {
+                buf.extend_from_slice(r);
+                fed += r.len();
+            }
             None => return Read::Partial,
         }
     };
@@ -68,13 +85,17 @@ fn read(reads: &[&[u8]]) -> Read {
             }
             Ok(Step::Done(n)) => {
                 assert!(n <= buf.len());
-                break Some(true);
+                break End::Done(total - (fed - buf.len() + n));
             }
             Ok(Step::NeedMore) => match reads.next() {
-                Some(r) => buf.extend_from_slice(r),
-                None => break decoder.eof().then_some(true),
+                Some(r) => {
+                    buf.extend_from_slice(r);
+                    fed += r.len();
+                }
+                None if decoder.eof() => break End::Done(0),
+                None => break End::Short,
             },
-            Err(_) => break Some(false),
+            Err(_) => break End::Malformed,
         }
     };
     Read::Message(head.status.as_u16(), fields, payload, ended)
@@ -87,5 +108,8 @@ fuzz_target!(|data: &[u8]| {
     let at = usize::from(split).min(wire.len());
     let whole = read(&[wire]);
     let split = read(&[&wire[..at], &wire[at..]]);
-    assert_eq!(whole, split, "the reading depends on how the bytes were split");
+    assert_eq!(
+        whole, split,
+        "the reading depends on how the bytes were split"
+    );
 });
