@@ -74,7 +74,7 @@ pub struct Conn {
     /// Whether it came from the pool.
     pub reused: bool,
     /// Scratch space for parsing response heads (`http::codec::parse_response_head`).
-    pub names: Vec<(http::HeaderName, usize, usize)>,
+    pub names: crate::http::codec::FieldSpans,
     since: Instant,
 }
 

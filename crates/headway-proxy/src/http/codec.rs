@@ -14,7 +14,7 @@
 //!
 //! Nothing here allocates per byte or panics on any input (property-tested, fuzzed).
 
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 
@@ -144,12 +144,27 @@ const MAX_RESPONSE_HEADERS: usize = 128;
 /// Largest response head accepted.
 pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
+/// Field names and where their values lie in a message head (byte ranges): scratch space of
+/// the head parsers, kept by their callers.
+pub type FieldSpans = Vec<(HeaderName, usize, usize)>;
+
+/// The fields `names` spans in `head` (drained), their values sharing `head`'s bytes, in a map
+/// with room for `room` more; `None` if a value is not a valid field value.
+pub fn shared_fields(head: &Bytes, names: &mut FieldSpans, room: usize) -> Option<HeaderMap> {
+    let mut headers = HeaderMap::with_capacity(names.len() + room);
+    for (name, from, to) in names.drain(..) {
+        let value = HeaderValue::from_maybe_shared(head.slice(from..to)).ok()?;
+        headers.append(name, value);
+    }
+    Some(headers)
+}
+
 /// Takes a complete response head off the front of `buf`: `Ok(None)` (and `buf` unchanged) when
 /// more bytes are needed. The fields' values refer to the buffer's bytes, not copies; `names`
 /// is scratch space kept by the caller.
 pub fn parse_response_head(
     buf: &mut BytesMut,
-    names: &mut Vec<(HeaderName, usize, usize)>,
+    names: &mut FieldSpans,
 ) -> Result<Option<ResponseHead>, ParseError> {
     // Uninitialised slots: filling 128 empty fields (4 KiB) for every response cost more than
     // parsing a short head.
@@ -187,12 +202,7 @@ pub fn parse_response_head(
     }
     let head = buf.split_to(len).freeze();
     // Room for a field or two the proxy adds (Vary, a persistence cookie) without a rehash.
-    let mut headers = HeaderMap::with_capacity(names.len() + 2);
-    for (name, from, to) in names.drain(..) {
-        let value =
-            HeaderValue::from_maybe_shared(head.slice(from..to)).map_err(|_| ParseError::Head)?;
-        headers.append(name, value);
-    }
+    let headers = shared_fields(&head, names, 2).ok_or(ParseError::Head)?;
     Ok(Some(ResponseHead {
         status,
         version,

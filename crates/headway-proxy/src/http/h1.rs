@@ -30,12 +30,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName};
 use http::{Method, Request, StatusCode, Uri, Version};
 use hyper::body::Body as _;
 use tokio::io::AsyncWriteExt as _;
 
 use super::body::{ReqBody, RespBody};
+use super::codec::{shared_fields, FieldSpans};
 use super::{Conn, ConnActivity, Stream};
 
 /// At most this many header fields are parsed on the fast path; a request with more goes to
@@ -70,7 +71,7 @@ pub fn take_head(
     buf: &mut BytesMut,
     max_head: usize,
     max_headers: usize,
-    names: &mut Vec<(HeaderName, usize, usize)>,
+    names: &mut FieldSpans,
 ) -> Head {
     // Uninitialised slots: filling 64 empty headers (2 KiB) for every request cost more than
     // parsing a short head.
@@ -140,16 +141,12 @@ fn build(
     method: Method,
     version: Version,
     target: std::ops::Range<usize>,
-    names: &mut Vec<(HeaderName, usize, usize)>,
+    names: &mut FieldSpans,
 ) -> Option<Request<ReqBody>> {
     let uri = Uri::from_maybe_shared(head.slice(target)).ok()?;
     // Room for the fields the proxy adds before forwarding (X-Forwarded-For, -Proto,
     // Forwarded, Host): growing the map rehashes it.
-    let mut headers = HeaderMap::with_capacity(names.len() + 4);
-    for (name, from, to) in names.drain(..) {
-        let value = HeaderValue::from_maybe_shared(head.slice(from..to)).ok()?;
-        headers.append(name, value);
-    }
+    let headers = shared_fields(head, names, 4)?;
     let mut req = Request::new(ReqBody::Empty);
     *req.method_mut() = method;
     *req.uri_mut() = uri;
@@ -401,7 +398,6 @@ pub(super) async fn serve<S: Stream>(mut io: S, own: Own) -> Ending<S> {
         if let Err(e) = send(&mut io, &activity, &out, &mut queue, body, framing).await {
             return Ending::Closed(Err(e));
         }
-        activity.touch();
         if !keep {
             // The client may have sent more than this answer's request (pipelined, after a
             // request the answer refused, or while the connection was drained): close

@@ -1,4 +1,5 @@
 use super::*;
+use http::HeaderValue;
 use proptest::prelude::*;
 
 fn take(bytes: &[u8]) -> (Head, BytesMut) {
