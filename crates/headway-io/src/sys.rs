@@ -63,6 +63,28 @@ pub(crate) fn getsockopt_int(
     Ok(value)
 }
 
+/// `getsockopt(IPPROTO_TCP, TCP_INFO)`: the kernel's view of a TCP connection.
+pub(crate) fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<libc::tcp_info> {
+    // SAFETY: `tcp_info` is plain old data; all zeroes is a valid value.
+    let mut info: libc::tcp_info = unsafe { mem::zeroed() };
+    let mut len = mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` and `len` are valid for writes; `len` holds the size of `info`, and the
+    // kernel writes at most that many bytes (fewer on an older kernel; the rest stay zero).
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(info)
+}
+
 /// Most messages [`send_batch`] hands to the kernel in one call.
 pub(crate) const SEND_BATCH: usize = 64;
 

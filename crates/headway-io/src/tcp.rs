@@ -1,6 +1,7 @@
 //! TCP socket options that `socket2` does not wrap: the minimum retransmission timeout
 //! (`TCP_RTO_MIN_US`), the delayed-ACK ceiling (`TCP_DELACK_MAX_US`), the window clamp
-//! (`TCP_WINDOW_CLAMP`) and deferred accepting (`TCP_DEFER_ACCEPT`).
+//! (`TCP_WINDOW_CLAMP`) and deferred accepting (`TCP_DEFER_ACCEPT`); and the count of segments
+//! a connection received (`TCP_INFO`), with which tests see what went over the wire.
 //!
 //! What it owns: setting and reading these options on any TCP socket (`AsFd`). What it does not
 //! do: decide values (the ADC's TCP profiles do) or fall back when the kernel lacks an option —
@@ -55,6 +56,12 @@ pub fn set_window_clamp(sock: &impl AsFd, bytes: u32) -> io::Result<()> {
 pub fn window_clamp(sock: &impl AsFd) -> io::Result<u32> {
     let v = sys::getsockopt_int(sock.as_fd(), libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP)?;
     Ok(v.max(0) as u32)
+}
+
+/// Segments the connection has received so far, the handshake's and pure acknowledgements
+/// included (`TCP_INFO`'s `tcpi_segs_in`, Linux 4.2+).
+pub fn segments_received(sock: &impl AsFd) -> io::Result<u32> {
+    Ok(sys::tcp_info(sock.as_fd())?.tcpi_segs_in)
 }
 
 /// Makes a listening socket hand out a connection only once the client's first bytes have
@@ -118,6 +125,25 @@ mod tests {
         assert_eq!(&buf[..n], b"GET /");
         set_defer_accept(&l, Duration::ZERO).unwrap();
         assert!(!defers_accept(&l).unwrap());
+    }
+
+    #[test]
+    fn segments_received_counts_what_arrived() {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut a, _) = l.accept().unwrap();
+        // The client has the SYN-ACK; the accepted side the SYN and the handshake's ACK.
+        assert_eq!(segments_received(&c).unwrap(), 1);
+        assert_eq!(segments_received(&a).unwrap(), 2);
+        a.write_all(b"one").unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(c.read(&mut buf).unwrap(), 3);
+        assert_eq!(segments_received(&c).unwrap(), 2);
+        a.shutdown(std::net::Shutdown::Write).unwrap();
+        assert_eq!(c.read(&mut buf).unwrap(), 0);
+        assert_eq!(segments_received(&c).unwrap(), 3);
+        c.write_all(b"x").unwrap();
     }
 
     #[test]

@@ -256,13 +256,27 @@ async fn copy_one_way(
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(_) => return CopyEnd::Done,
         };
+        let mut n = n;
+        // The stream ends with these bytes: they go corked, so the FIN that follows them
+        // (`one_way`'s shutdown, or the close) rides on their segment.
+        let mut last = false;
         if n < buf.capacity() {
-            // A short read emptied the socket: forget its readiness now, instead of learning
-            // that from one more `recvfrom` returning EAGAIN. Safe with edge-triggered epoll:
-            // bytes or a FIN that arrive later raise a new event.
-            let _ = from.try_io(Interest::READABLE, || {
-                Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
-            });
+            if read_closed(from) {
+                // The peer's FIN is in. One more read makes sure nothing came between the read
+                // above and the FIN; it is the read that would have found the end anyway.
+                match from.try_read_buf(buf) {
+                    Ok(0) => last = true,
+                    Ok(m) => n += m,
+                    Err(_) => {}
+                }
+            } else {
+                // A short read emptied the socket: forget its readiness now, instead of
+                // learning that from one more `recvfrom` returning EAGAIN. Safe with
+                // edge-triggered epoll: bytes or a FIN that arrive later raise a new event.
+                let _ = from.try_io(Interest::READABLE, || {
+                    Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+                });
+            }
         }
         touch();
         let mut sent = 0;
@@ -270,7 +284,15 @@ async fn copy_one_way(
             if to.writable().await.is_err() {
                 return CopyEnd::Done;
             }
-            match to.try_write(&buf[sent..n]) {
+            let rest = &buf[sent..n];
+            let r = if last {
+                to.try_io(Interest::WRITABLE, || {
+                    headway_io::stream::send_more(to, &[std::io::IoSlice::new(rest)])
+                })
+            } else {
+                to.try_write(rest)
+            };
+            match r {
                 Ok(m) => sent += m,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(_) => return CopyEnd::Done,
@@ -279,5 +301,15 @@ async fn copy_one_way(
         a.add(n as u64);
         b.add(n as u64);
         carried += n as u64;
+        if last {
+            return CopyEnd::Done;
+        }
     }
+}
+
+/// Whether the reactor has seen `s`'s peer end its stream (its FIN arrived), without waiting.
+fn read_closed(s: &TcpStream) -> bool {
+    let ready = std::pin::pin!(s.ready(Interest::READABLE));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    matches!(std::future::Future::poll(ready, &mut cx), std::task::Poll::Ready(Ok(r)) if r.is_read_closed())
 }

@@ -669,6 +669,24 @@ fn bind_one(
     let s = socket(addr, v, shared)?;
     s.bind(&addr.into())?;
     s.listen(i32::try_from(v.backlog).unwrap_or(i32::MAX))?;
+    if v.kind != VirtualServerKind::Tcp
+        && !v.tcp_profile.as_ref().is_some_and(|p| p.socket.quickack)
+    {
+        // The proxy answers what the client sends first (a request, a ClientHello), so the
+        // acknowledgement of those bytes can ride on the answer instead of going out alone
+        // the moment they arrive: quick-ACK mode off on the listener, which the connections
+        // it accepts inherit (otherwise Linux starts each connection in quick-ACK mode and
+        // acknowledges its first data segment at once). One segment, and one wake-up of the
+        // client's kernel, fewer per connection; HAProxy does the same on its HTTP listeners.
+        // Every request of a keep-alive connection after the first is in this mode anyway.
+        // A client that holds the rest of a request back until it is acknowledged (Nagle's
+        // algorithm) gets that acknowledgement at once (`http::Stream::ack_now`). Set after
+        // `listen`, which resets a socket's acknowledgement state; a profile that asks for
+        // quick ACKs keeps them (`tcp_profile::apply_accepted`).
+        if let Err(e) = s.set_tcp_quickack(false) {
+            tracing::debug!(listen = %addr, error = %e, "TCP_QUICKACK refused");
+        }
+    }
     Ok(s.into())
 }
 

@@ -34,6 +34,10 @@ mod compression;
 #[path = "adc/tcp_profile.rs"]
 mod tcp_profile;
 
+/// Segments on the wire per exchange: acknowledgements and FINs riding on answers.
+#[path = "adc/segments.rs"]
+mod segments;
+
 /// A `headway origin` on a loopback port, named so responses say who answered. It runs on a
 /// runtime of its own, so [`Origin::kill`] ends it at once: listener and connections closed
 /// before `kill` returns.

@@ -189,6 +189,20 @@ impl FramingChecker {
         self.state == State::Head && !self.pending.is_empty()
     }
 
+    /// The number (from 1) of the request whose head or body has partly arrived, if one
+    /// has: the connection waits for the rest of it.
+    pub fn in_request(&self) -> Option<u64> {
+        match self.state {
+            State::Head if !self.pending.is_empty() => Some(self.requests + 1),
+            State::Body(_)
+            | State::ChunkSize
+            | State::ChunkData(_)
+            | State::ChunkEnd
+            | State::Trailer => Some(self.requests),
+            State::Head | State::Off => None,
+        }
+    }
+
     /// Feeds the next bytes received from the client.
     pub fn handle_bytes(&mut self, mut data: &[u8]) {
         if self.maybe_h2 && self.seen < H2_PREFACE.len() as u64 && !data.is_empty() {
@@ -522,6 +536,11 @@ impl<S> Guarded<S> {
     pub fn in_head(&self) -> bool {
         self.checker.as_ref().is_some_and(FramingChecker::in_head)
     }
+
+    /// The number of the request partly received, if one is ([`FramingChecker::in_request`]).
+    pub fn in_request(&self) -> Option<u64> {
+        self.checker.as_ref().and_then(FramingChecker::in_request)
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
@@ -602,6 +621,34 @@ mod tests {
     fn plain_pipelined_requests_are_counted_and_pass() {
         let r = b"GET / HTTP/1.1\r\nHost: a\r\n\r\nPOST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhelloPOST /c HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n0\r\nX-T: 1\r\n\r\nGET /last HTTP/1.1\r\n\r\n";
         assert_eq!(check(&[r]), (4, None));
+    }
+
+    #[test]
+    fn a_request_partly_received_is_reported_with_its_number() {
+        let mut c = FramingChecker::new(32 * 1024, 100);
+        assert_eq!(c.in_request(), None);
+        c.handle_bytes(b"GET / HTTP/1.1\r\nHo");
+        assert_eq!(c.in_request(), Some(1), "a partial head");
+        c.handle_bytes(b"st: a\r\n\r\n");
+        assert_eq!(c.in_request(), None, "a whole bodiless request");
+        c.handle_bytes(b"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhe");
+        assert_eq!(c.in_request(), Some(2), "a partial body");
+        c.handle_bytes(b"llo");
+        assert_eq!(c.in_request(), None);
+        for (part, want) in [
+            (
+                &b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
+                Some(3),
+            ),
+            (b"5\r\nhel", Some(3)),
+            (b"lo\r\n0\r\n", Some(3)),
+            (b"\r\n", None),
+        ] {
+            c.handle_bytes(part);
+            assert_eq!(c.in_request(), want, "{}", String::from_utf8_lossy(part));
+        }
+        c.handle_bytes(b"GET /next HTTP/1.1\r\n");
+        assert_eq!(c.in_request(), Some(4));
     }
 
     #[test]

@@ -341,6 +341,8 @@ pub(super) async fn serve<S: Stream>(mut io: S, own: Own) -> Ending<S> {
     // A read brought bytes since the last answer was written: the next answer waits one turn
     // of the scheduler first (see `super::ClientIo`).
     let mut fresh = false;
+    // The client's partial head was acknowledged at once (see `Stream::ack_now`).
+    let mut acked = false;
     loop {
         let req = loop {
             match take_head(&mut buf, own.max_head, own.max_headers, &mut names) {
@@ -359,7 +361,12 @@ pub(super) async fn serve<S: Stream>(mut io: S, own: Own) -> Ending<S> {
                 if buf.capacity() - buf.len() < READ_SIZE / 4 {
                     buf.reserve(READ_SIZE);
                 }
-                tokio_util::io::poll_read_buf(Pin::new(&mut io), cx, &mut buf)
+                let r = tokio_util::io::poll_read_buf(Pin::new(&mut io), cx, &mut buf);
+                if r.is_pending() && !buf.is_empty() && !std::mem::replace(&mut acked, true) {
+                    // Waiting for the rest of a head the client may be holding back.
+                    io.ack_now();
+                }
+                r
             })
             .await;
             activity.touch();
@@ -370,6 +377,7 @@ pub(super) async fn serve<S: Stream>(mut io: S, own: Own) -> Ending<S> {
             }
         };
         activity.head_partial.store(false, Relaxed);
+        acked = false;
         let (head, version) = (req.method() == Method::HEAD, req.version());
         let resp = Box::pin(super::handle(own.conn.clone(), req)).await;
         let (parts, body) = resp.into_parts();
@@ -395,7 +403,7 @@ pub(super) async fn serve<S: Stream>(mut io: S, own: Own) -> Ending<S> {
             &http_date(),
         );
         drop(parts);
-        if let Err(e) = send(&mut io, &activity, &out, &mut queue, body, framing).await {
+        if let Err(e) = send(&mut io, &activity, &out, &mut queue, body, framing, !keep).await {
             return Ending::Closed(Err(e));
         }
         if !keep {
@@ -421,7 +429,8 @@ async fn close<S: Stream>(mut io: S, linger: bool) -> io::Result<()> {
 /// Writes an answer: `head`, then the body in its framing; body frames that are ready go out
 /// with the head in one write. The body is dropped as soon as its end is seen, before the last
 /// bytes are written, so its exchange has ended (counters, pool, log) by the time the client
-/// has the whole answer.
+/// has the whole answer. `closing`: the connection is shut down right after, so the answer's
+/// last write is the connection's ([`Stream::poll_write_last`]).
 async fn send<S: Stream>(
     io: &mut S,
     activity: &ConnActivity,
@@ -429,10 +438,11 @@ async fn send<S: Stream>(
     queue: &mut Vec<Bytes>,
     body: RespBody,
     framing: Framing,
+    closing: bool,
 ) -> io::Result<()> {
     if matches!(framing, Framing::None) {
         drop(body);
-        write_all(io, activity, head, &[]).await?;
+        write_all(io, activity, head, &[], closing).await?;
         return io.flush().await;
     }
     let chunked = framing == Framing::Chunked;
@@ -500,7 +510,8 @@ async fn send<S: Stream>(
                 queue.push(Bytes::from_static(b"0\r\n\r\n"));
             }
         }
-        write_all(io, activity, head.take().unwrap_or_default(), queue).await?;
+        let last = done && closing;
+        write_all(io, activity, head.take().unwrap_or_default(), queue, last).await?;
         if !done {
             io.flush().await?;
         }
@@ -510,12 +521,13 @@ async fn send<S: Stream>(
 }
 
 /// Writes `first` and then `rest`, in as few writes as the stream allows, noting each write in
-/// `activity`.
+/// `activity`; `last`: as the connection's last bytes ([`Stream::poll_write_last`]).
 async fn write_all<S: Stream>(
     io: &mut S,
     activity: &ConnActivity,
     first: &[u8],
     rest: &[Bytes],
+    last: bool,
 ) -> io::Result<()> {
     if !io.is_write_vectored() {
         // One buffer, so a TLS stream makes one record of a small answer.
@@ -536,7 +548,11 @@ async fn write_all<S: Stream>(
     slices.extend(rest.iter().map(|b| IoSlice::new(b)));
     let mut left = &mut slices[..];
     while !left.is_empty() {
-        let n = io.write_vectored(left).await?;
+        let n = if last {
+            std::future::poll_fn(|cx| Pin::new(&mut *io).poll_write_last(cx, left)).await?
+        } else {
+            io.write_vectored(left).await?
+        };
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }

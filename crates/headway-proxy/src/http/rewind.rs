@@ -23,6 +23,16 @@ impl<S> Rewind<S> {
     pub fn new(prefix: Bytes, inner: S) -> Self {
         Rewind { prefix, inner }
     }
+
+    /// The wrapped stream.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped stream, mutably (what it reads next still comes after the prefix).
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {

@@ -72,6 +72,11 @@ impl HoldIo {
         }
     }
 
+    /// Acknowledges at once what the client has sent (see `crate::http::Stream::ack_now`).
+    pub fn ack_now(&self) {
+        crate::http::Stream::ack_now(&self.tcp);
+    }
+
     /// The handshake is over: held bytes go out with the next write, at shutdown, or when the
     /// connection would wait for the client — unless `answer_owed` (the client's first request
     /// already arrived), when only the answer's write or shutdown sends them.

@@ -53,7 +53,7 @@ use crate::client_socket::ClientSocket;
 use bytes::BytesMut;
 use headway_config::adc::{AdcConfig, ServerGroup, VirtualServer};
 use headway_config::tls::{CaBundle, Certificate, ClientAuth, GroupTls, TlsVersion, VsTls};
-use hold_io::HoldIo;
+pub(crate) use hold_io::HoldIo;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::ServerName;
 use rustls::server::{
