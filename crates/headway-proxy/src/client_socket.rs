@@ -138,6 +138,19 @@ impl ClientSocket {
         }
     }
 
+    /// Acknowledges at once what the client has sent (`TCP_QUICKACK`), leaving delayed-ACK
+    /// mode; see `crate::http::Stream::ack_now`. Nothing on a socket that failed.
+    pub fn ack_now(&self) {
+        let r = match &self.state {
+            State::Direct(s) => socket2::SockRef::from(s).set_tcp_quickack(true),
+            State::Registered(s) => socket2::SockRef::from(s).set_tcp_quickack(true),
+            State::Failed => return,
+        };
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "TCP_QUICKACK refused");
+        }
+    }
+
     /// Writes as much of `buf` as the send buffer takes now, without waiting (an error, such
     /// as `WouldBlock`, when it takes nothing).
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {

@@ -327,9 +327,7 @@ pub trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 
 
 impl Stream for ClientSocket {
     fn ack_now(&self) {
-        if let Err(e) = socket2::SockRef::from(self).set_tcp_quickack(true) {
-            tracing::debug!(error = %e, "TCP_QUICKACK refused");
-        }
+        ClientSocket::ack_now(self);
     }
 
     fn poll_write_last(

@@ -74,7 +74,7 @@ impl HoldIo {
 
     /// Acknowledges at once what the client has sent (see `crate::http::Stream::ack_now`).
     pub fn ack_now(&self) {
-        crate::http::Stream::ack_now(&self.tcp);
+        self.tcp.ack_now();
     }
 
     /// The handshake is over: held bytes go out with the next write, at shutdown, or when the
