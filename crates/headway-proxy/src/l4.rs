@@ -17,6 +17,11 @@
 //! pipes per connection were 8 of its 29 system calls for a 128 B answer (`pipe2`, `fcntl`,
 //! `close`) — and long transfers still go zero-copy. If a pipe cannot be made (file
 //! descriptors exhausted), the direction goes on copying.
+//!
+//! When a side's FIN is already in as its last bytes are read (a server that answers and
+//! closes), those bytes are sent corked (`MSG_MORE`) and the FIN passed on right after rides on
+//! their segment: one segment fewer towards the other side, whose acknowledgement then also
+//! rides on its own FIN.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
