@@ -43,7 +43,11 @@ pub struct TcpProfileSection {
     /// Default: the host's `net.ipv4.tcp_congestion_control`.
     pub congestion: Option<Spanned<String>>,
     /// Enter quick-ACK mode on each new connection (TCP_QUICKACK): ACK every segment at once
-    /// until the kernel's own heuristics take over again. Default: false.
+    /// until the kernel's own heuristics take over again. Default: false — on `http` and
+    /// `https` listeners the acknowledgement of a request then rides on its answer (quick-ACK
+    /// mode off from the first segment, as HAProxy's HTTP listeners behave), and a connection
+    /// waiting for the rest of a request acknowledges what came at once, so a client with
+    /// Nagle's algorithm on is not held up.
     pub quickack: Option<bool>,
     /// Longest delay of a delayed ACK (TCP_DELACK_MAX_US, Linux 6.15 or later), 2ms–200ms
     /// (`"50ms"`). Default: the kernel's 200 ms ceiling (adaptive from 40 ms).
