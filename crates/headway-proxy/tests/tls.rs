@@ -704,3 +704,75 @@ async fn closing_connections_get_their_last_answer_whole() {
     let t = tls(&p);
     assert_eq!(t.failures.iter().map(|(_, n)| n).sum::<u64>(), 0, "{t:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_with_nagle_over_tls_is_not_left_waiting_for_an_ack() {
+    // As over cleartext (`adc.rs`, segments): an https listener delays its acknowledgements
+    // so they ride on answers, and a TLS client that keeps Nagle's algorithm on writes the
+    // second record of a request only once the first is acknowledged. The proxy acknowledges
+    // at once when it waits for the rest of a request. Timed with a wide margin: the median
+    // of five requests under 25 ms (the delayed-ACK timer makes each 40 ms or more).
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let pki = Pki::new();
+    let (_p, addr, _) = front(&pki, "").await;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(pki.path("ca.pem")).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    assert!(!tcp.nodelay().unwrap());
+    let name = ServerName::try_from("a.example").unwrap();
+    let mut s = connector.connect(name, tcp).await.unwrap();
+    let mut took = Vec::new();
+    let mut pending: Vec<u8> = Vec::new();
+    for _ in 0..5 {
+        let t = headway_core::SystemClock::now();
+        // Head and body in two records, each written out on its own.
+        s.write_all(b"POST /echo HTTP/1.1\r\nHost: a.example\r\nContent-Length: 5\r\n\r\n")
+            .await
+            .unwrap();
+        s.flush().await.unwrap();
+        s.write_all(b"hello").await.unwrap();
+        s.flush().await.unwrap();
+        // One answer: its head, then as many body bytes as it says.
+        let body = loop {
+            if let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&pending[..end]).to_lowercase();
+                assert!(head.starts_with("http/1.1 200"), "{head}");
+                let len: usize = head
+                    .split("content-length: ")
+                    .nth(1)
+                    .and_then(|r| r.split("\r\n").next())
+                    .map_or(0, |n| n.trim().parse().unwrap());
+                if pending.len() >= end + 4 + len {
+                    let body = pending[end + 4..end + 4 + len].to_vec();
+                    pending.drain(..end + 4 + len);
+                    break body;
+                }
+            }
+            let mut buf = [0u8; 16384];
+            let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+                .await
+                .expect("an answer in time")
+                .unwrap();
+            assert!(n > 0, "closed early");
+            pending.extend_from_slice(&buf[..n]);
+        };
+        took.push(headway_core::SystemClock::now().saturating_duration_since(t));
+        assert!(String::from_utf8_lossy(&body).contains("\"body_bytes\":5"));
+    }
+    took.sort();
+    assert!(
+        took[2] < Duration::from_millis(25),
+        "requests took {took:?}"
+    );
+}
