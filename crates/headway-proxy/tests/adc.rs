@@ -38,6 +38,11 @@ mod tcp_profile;
 #[path = "adc/segments.rs"]
 mod segments;
 
+/// Reading one HTTP/1 answer off a client connection.
+#[path = "common/answer.rs"]
+mod answer;
+use answer::one_answer;
+
 /// A `headway origin` on a loopback port, named so responses say who answered. It runs on a
 /// runtime of its own, so [`Origin::kill`] ends it at once: listener and connections closed
 /// before `kill` returns.
@@ -755,34 +760,6 @@ async fn pipelined_requests_are_answered_in_order_with_whole_bodies() {
         at = head_end + n;
     }
     assert_eq!(at, out.len(), "nothing after the third answer");
-}
-
-/// Reads one answer off `s` (`pending`: bytes read before): its head (lower case) and its
-/// body, `content-length` bytes of it unless `to_head` (an answer to HEAD has none).
-async fn one_answer(s: &mut TcpStream, pending: &mut Vec<u8>, to_head: bool) -> (String, Vec<u8>) {
-    loop {
-        if let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&pending[..end + 4]).to_lowercase();
-            let len: usize = head
-                .split("content-length: ")
-                .nth(1)
-                .and_then(|r| r.split("\r\n").next())
-                .map_or(0, |n| n.parse().unwrap())
-                * usize::from(!to_head);
-            if pending.len() >= end + 4 + len {
-                let body = pending[end + 4..end + 4 + len].to_vec();
-                pending.drain(..end + 4 + len);
-                return (head, body);
-            }
-        }
-        let mut buf = [0u8; 65536];
-        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
-            .await
-            .expect("an answer in time")
-            .unwrap();
-        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(pending));
-        pending.extend_from_slice(&buf[..n]);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

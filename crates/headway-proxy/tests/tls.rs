@@ -15,6 +15,11 @@ use headway_origin::OriginConfig;
 use headway_proxy::stats::TlsSnapshot;
 use headway_proxy::Proxy;
 
+/// Reading one HTTP/1 answer off a client connection.
+#[path = "common/answer.rs"]
+mod answer;
+use answer::one_answer;
+
 /// A test CA and the certificates it issues, in a temporary directory.
 struct Pki {
     dir: tempfile::TempDir,
@@ -714,7 +719,7 @@ async fn a_client_with_nagle_over_tls_is_not_left_waiting_for_an_ack() {
     // of five requests under 25 ms (the delayed-ACK timer makes each 40 ms or more).
     use rustls::pki_types::pem::PemObject as _;
     use rustls::pki_types::{CertificateDer, ServerName};
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::io::AsyncWriteExt as _;
     let pki = Pki::new();
     let (_p, addr, _) = front(&pki, "").await;
     let mut roots = rustls::RootCertStore::empty();
@@ -743,30 +748,8 @@ async fn a_client_with_nagle_over_tls_is_not_left_waiting_for_an_ack() {
         s.flush().await.unwrap();
         s.write_all(b"hello").await.unwrap();
         s.flush().await.unwrap();
-        // One answer: its head, then as many body bytes as it says.
-        let body = loop {
-            if let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&pending[..end]).to_lowercase();
-                assert!(head.starts_with("http/1.1 200"), "{head}");
-                let len: usize = head
-                    .split("content-length: ")
-                    .nth(1)
-                    .and_then(|r| r.split("\r\n").next())
-                    .map_or(0, |n| n.trim().parse().unwrap());
-                if pending.len() >= end + 4 + len {
-                    let body = pending[end + 4..end + 4 + len].to_vec();
-                    pending.drain(..end + 4 + len);
-                    break body;
-                }
-            }
-            let mut buf = [0u8; 16384];
-            let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
-                .await
-                .expect("an answer in time")
-                .unwrap();
-            assert!(n > 0, "closed early");
-            pending.extend_from_slice(&buf[..n]);
-        };
+        let (head, body) = one_answer(&mut s, &mut pending, false).await;
+        assert!(head.starts_with("http/1.1 200"), "{head}");
         took.push(headway_core::SystemClock::now().saturating_duration_since(t));
         assert!(String::from_utf8_lossy(&body).contains("\"body_bytes\":5"));
     }
