@@ -8,10 +8,10 @@
 //!
 //! | metric | labels |
 //! |---|---|
-//! | `adc_requests_total`, `adc_connections_total`, `adc_refused_connections_total`, `adc_rate_limited_total`, `adc_bad_requests_total` | `virtual_server` |
+//! | `adc_requests_total`, `adc_connections_total`, `adc_refused_connections_total`, `adc_rate_limited_total`, `adc_bad_requests_total`, `adc_upgrades_total` | `virtual_server` |
 //! | `adc_responses_total` | `virtual_server`, `class` = `1xx` … `5xx` |
 //! | `adc_bytes_total` | `virtual_server`, `direction` = `in` / `out` |
-//! | `adc_active_connections` | `virtual_server` |
+//! | `adc_active_connections`, `adc_tunnels` (upgraded connections open: WebSockets) | `virtual_server` |
 //! | `adc_request_duration_seconds` (histogram) | `virtual_server` |
 //! | `adc_group_requests_total`, `adc_group_queued_total`, `adc_group_queue_rejected_total`, `adc_group_no_server_total`, `adc_group_persistence_failovers_total` | `group` |
 //! | `adc_group_waiting` | `group` |
@@ -129,7 +129,7 @@ impl Collector for AdcCollector {
             l
         };
         type Field = fn(&VirtualServerSnapshot) -> u64;
-        let vs_counters: [(&str, &str, Field); 5] = [
+        let vs_counters: [(&str, &str, Field); 6] = [
             (
                 "adc_requests",
                 "HTTP requests (tcp: connections proxied)",
@@ -152,6 +152,11 @@ impl Collector for AdcCollector {
                 "adc_bad_requests",
                 "Requests refused for ambiguous framing or limits",
                 |v| v.bad_requests,
+            ),
+            (
+                "adc_upgrades",
+                "Connections upgraded to another protocol (WebSocket)",
+                |v| v.upgrades,
             ),
         ];
         for (name, help, f) in vs_counters {
@@ -187,6 +192,15 @@ impl Collector for AdcCollector {
             &s.virtual_servers
                 .iter()
                 .map(|v| (vs(v), v.active_connections as f64))
+                .collect::<Vec<_>>(),
+        )?;
+        gauges(
+            &mut enc,
+            "adc_tunnels",
+            "Upgraded connections open (WebSocket)",
+            &s.virtual_servers
+                .iter()
+                .map(|v| (vs(v), v.tunnels as f64))
                 .collect::<Vec<_>>(),
         )?;
         histograms(
@@ -744,6 +758,14 @@ pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
         }
     }
     table(out, &rows)?;
+    // Upgraded connections (WebSockets), for the virtual servers that had any.
+    for v in s.virtual_servers.iter().filter(|v| v.upgrades > 0) {
+        writeln!(
+            out,
+            "{} upgrades: {} ({} open)",
+            v.name, v.upgrades, v.tunnels
+        )?;
+    }
     // TLS handshakes of the https virtual servers, one line each (too wide for the table).
     for v in &s.virtual_servers {
         let Some(t) = &v.tls else { continue };
@@ -916,6 +938,8 @@ mod tests {
                 rules: vec![("mysite".into(), "g2".into())],
                 requests: 10,
                 responses: [0, 9, 0, 0, 1],
+                upgrades: 5,
+                tunnels: 2,
                 latency: HistogramSnapshot {
                     counts: vec![0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
                     sum_seconds: 0.008,
@@ -1020,6 +1044,8 @@ mod tests {
             "headway_adc_server_enabled{group=\"g\",server=\"s1\"} 0.5",
             "headway_adc_config_generation 3.0",
             "headway_adc_reloads_failed_total 1",
+            "headway_adc_upgrades_total{virtual_server=\"web\"} 5",
+            "headway_adc_tunnels{virtual_server=\"web\"} 2.0",
             "headway_adc_tls_handshakes_total{virtual_server=\"web\",kind=\"resumed\"} 6",
             "headway_adc_tls_handshake_failures_total{virtual_server=\"web\",reason=\"version\"} 3",
             "headway_adc_tls_versions_total{virtual_server=\"web\",version=\"1.3\"} 9",
@@ -1073,6 +1099,7 @@ mod tests {
         assert!(text.contains("draining"), "{text}");
         assert!(text.contains("90%"), "{text}");
         assert!(text.contains("group g (least-connection)"), "{text}");
+        assert!(text.contains("web upgrades: 5 (2 open)"), "{text}");
         assert!(
             text.contains(
                 "tls: 10 handshakes (6 resumed), TLS 1.3 9, 1.2 1, h2 2, 3 failed (version 3)"

@@ -261,6 +261,10 @@ pub struct VirtualServer {
     pub rate_per_client: u32,
     /// Accept HTTP/2 with prior knowledge.
     pub http2: bool,
+    /// Pass protocol upgrades (WebSocket) through to servers (HTTP).
+    pub upgrades: bool,
+    /// Idle time after which an upgraded connection is closed (HTTP).
+    pub tunnel_idle_timeout: Duration,
     /// Append to `X-Forwarded-For`.
     pub x_forwarded_for: bool,
     /// Set `X-Forwarded-Proto`.
@@ -1170,7 +1174,13 @@ fn virtual_server(
         not_for(&v.request_headers, http_only("request_headers"), origin)?;
         not_for(&v.response_headers, http_only("response_headers"), origin)?;
         not_for(&v.compression, http_only("compression"), origin)?;
+        not_for(
+            &v.tunnel_idle_timeout,
+            http_only("tunnel_idle_timeout"),
+            origin,
+        )?;
         if v.http2.is_some()
+            || v.upgrades.is_some()
             || v.x_forwarded_for.is_some()
             || v.x_forwarded_proto.is_some()
             || v.forwarded.is_some()
@@ -1178,9 +1188,9 @@ fn virtual_server(
             return Err(invalid(
                 at(v.kind.span()),
                 format!(
-                    "virtual server `{name}` is `tcp`: `http2`, `x_forwarded_for`, \
-                     `x_forwarded_proto` and `forwarded` are for HTTP virtual servers; remove \
-                     them or use kind = \"http\""
+                    "virtual server `{name}` is `tcp`: `http2`, `upgrades`, \
+                     `x_forwarded_for`, `x_forwarded_proto` and `forwarded` are for HTTP \
+                     virtual servers; remove them or use kind = \"http\""
                 ),
             ));
         }
@@ -1273,6 +1283,13 @@ fn virtual_server(
             origin,
         )?,
         http2: v.http2.unwrap_or(true),
+        upgrades: v.upgrades.unwrap_or(true),
+        tunnel_idle_timeout: positive(
+            &v.tunnel_idle_timeout,
+            Duration::from_secs(3600),
+            "tunnel_idle_timeout",
+            origin,
+        )?,
         x_forwarded_for: v.x_forwarded_for.unwrap_or(true),
         x_forwarded_proto: v.x_forwarded_proto.unwrap_or(true),
         forwarded: v.forwarded.unwrap_or(false),

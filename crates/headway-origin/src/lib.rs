@@ -7,7 +7,7 @@
 //!   the named seed documents of scenario 000;
 //! - [`route`]: the URL scheme and `Range` parsing (pure);
 //! - [`server`]: the hyper 1 HTTP/1.1 server (keep-alive, pipelining, streamed bodies with a
-//!   `Content-Length` always set, graceful shutdown);
+//!   `Content-Length` always set, graceful shutdown), and a WebSocket echo endpoint;
 //! - [`client`]: [`fetch`], one GET with the body hashed as it streams;
 //! - [`cli`]: [`OriginArgs`] and [`run`], the blocking entry point of `headway origin`.
 //!
@@ -24,6 +24,7 @@
 //! | `GET /healthz` | 200 `ok` |
 //! | `/echo` (any method) | a JSON object with the request's method, target, headers and body length (after the server's latency) |
 //! | `GET /dynamic` | a page made per request (its number and time in the body; `?latency=`, `?max_age=`, `?swr=`, `?sie=`, `?etag=`, `?set_cookie=1`, `?vary=`, `?size=`, `?status=`), within [`OriginConfig::dynamic_concurrency`] — see [`server`] |
+//! | `GET /ws/echo` | a WebSocket that sends every message back (`Upgrade: websocket`; other requests get 426) |
 //! | `GET /status/{code}` | that status (200–599) with a short body |
 //! | anything else | 404 with a short body |
 //!
@@ -60,6 +61,7 @@ pub mod client;
 pub mod corpus;
 pub mod route;
 pub mod server;
+mod websocket;
 
 pub use cli::{run, OriginArgs};
 pub use client::{fetch, fetch_blocking, Fetch, FetchError};

@@ -227,7 +227,9 @@ async fn connection(
         // Not `pipeline_flush(true)`: with it, hyper 1.12 drops its automatic 400 for a
         // malformed request (the connection closes before the flush). Pipelining still works;
         // each response is flushed on its own.
-        .serve_connection(TokioIo::new(stream), service);
+        .serve_connection(TokioIo::new(stream), service)
+        // `/ws/echo` takes the connection over after its 101.
+        .with_upgrades();
     tokio::pin!(conn);
     let result = tokio::select! {
         r = conn.as_mut() => r,
@@ -246,6 +248,8 @@ async fn connection(
 async fn respond(state: &Arc<State>, req: Request<Incoming>) -> Response<Body> {
     let mut resp = if req.uri().path() == "/echo" {
         echo(state, req).await
+    } else if req.uri().path() == "/ws/echo" {
+        websocket(req)
     } else if req.uri().path() == "/dynamic" {
         dynamic(state, req).await
     } else {
@@ -257,6 +261,30 @@ async fn respond(state: &Arc<State>, req: Request<Incoming>) -> Response<Body> {
         }
     }
     resp
+}
+
+/// `GET /ws/echo`: `101 Switching Protocols` and a WebSocket echo on the connection (see
+/// [`crate::websocket`]), or the reason the handshake is refused.
+fn websocket(mut req: Request<Incoming>) -> Response<Body> {
+    match crate::websocket::accept(req.method(), req.headers()) {
+        Ok(accept) => {
+            tokio::spawn(crate::websocket::echo(hyper::upgrade::on(&mut req)));
+            let mut r = Response::new(Body::full(Bytes::new()));
+            *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+            let h = r.headers_mut();
+            h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+            h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            h.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+            r
+        }
+        Err((status, why)) => {
+            let mut r = text(status, &format!("{why}\n"));
+            if status == StatusCode::UPGRADE_REQUIRED {
+                set(&mut r, header::UPGRADE, "websocket");
+            }
+            r
+        }
+    }
 }
 
 /// Most request body bytes `/echo` reads.

@@ -319,6 +319,8 @@ impl Proxy {
                         bad_requests: c.bad_requests.get(),
                         bytes_in: c.bytes_in.get(),
                         bytes_out: c.bytes_out.get(),
+                        upgrades: c.upgrades.get(),
+                        tunnels: c.tunnels.get(),
                         compression: v.compression_snapshot(),
                         latency: c.latency.snapshot(),
                         tls: t.as_ref().map(|t| t.counters().snapshot()),

@@ -250,6 +250,11 @@ pub struct VirtualServerCounters {
     pub bytes_out: Counter,
     /// Time from request to the end of the response (HTTP), or connection lifetime (tcp).
     pub latency: Histogram,
+    /// Connections upgraded to another protocol (a server's `101 Switching Protocols`: a
+    /// WebSocket) (HTTP only).
+    pub upgrades: Counter,
+    /// Upgraded connections open now (HTTP only).
+    pub tunnels: Gauge,
 }
 
 /// A server group's counters.
@@ -352,6 +357,12 @@ pub struct VirtualServerSnapshot {
     pub bytes_in: u64,
     /// Bytes to clients.
     pub bytes_out: u64,
+    /// Connections upgraded to another protocol (WebSocket) since start.
+    #[serde(default)]
+    pub upgrades: u64,
+    /// Upgraded connections open now.
+    #[serde(default)]
+    pub tunnels: u64,
     /// HTTP compression; `None` when the virtual server does not compress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression: Option<crate::http::compress::CompressionSnapshot>,

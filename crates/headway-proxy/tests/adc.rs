@@ -38,6 +38,10 @@ mod tcp_profile;
 #[path = "adc/segments.rs"]
 mod segments;
 
+/// Protocol upgrades (WebSocket) and the tunnels they become.
+#[path = "adc/upgrade.rs"]
+mod upgrade;
+
 /// Reading one HTTP/1 answer off a client connection.
 #[path = "common/answer.rs"]
 mod answer;
@@ -1319,16 +1323,23 @@ async fn ask(s: &mut TcpStream) {
     s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .unwrap();
+    read_until_end(s, b"\r\n\r\nok\n").await;
+}
+
+/// Reads from `s` until what came ends with `end` (each read within 10 s; the stream must not
+/// end before); what came.
+async fn read_until_end(s: &mut TcpStream, end: &[u8]) -> Vec<u8> {
     let mut got = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !got.ends_with(b"\r\n\r\nok\n") {
-        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(end) {
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
             .await
-            .expect("an answer")
+            .expect("bytes in time")
             .unwrap();
-        assert!(n > 0, "closed before the answer");
+        assert!(n > 0, "ended early: {:?}", String::from_utf8_lossy(&got));
         got.extend_from_slice(&buf[..n]);
     }
+    got
 }
 
 /// A new connection that has had one keep-alive exchange.

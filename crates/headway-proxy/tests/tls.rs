@@ -717,26 +717,12 @@ async fn a_client_with_nagle_over_tls_is_not_left_waiting_for_an_ack() {
     // second record of a request only once the first is acknowledged. The proxy acknowledges
     // at once when it waits for the rest of a request. Timed with a wide margin: the median
     // of five requests under 25 ms (the delayed-ACK timer makes each 40 ms or more).
-    use rustls::pki_types::pem::PemObject as _;
-    use rustls::pki_types::{CertificateDer, ServerName};
     use tokio::io::AsyncWriteExt as _;
     let pki = Pki::new();
     let (_p, addr, _) = front(&pki, "").await;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(pki.path("ca.pem")).unwrap() {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg));
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     assert!(!tcp.nodelay().unwrap());
-    let name = ServerName::try_from("a.example").unwrap();
-    let mut s = connector.connect(name, tcp).await.unwrap();
+    let mut s = tls_client(&pki, tcp, "a.example").await;
     let mut took = Vec::new();
     let mut pending: Vec<u8> = Vec::new();
     for _ in 0..5 {
@@ -758,4 +744,57 @@ async fn a_client_with_nagle_over_tls_is_not_left_waiting_for_an_ack() {
         took[2] < Duration::from_millis(25),
         "requests took {took:?}"
     );
+}
+
+/// A rustls client (HTTP/1.1, no ALPN) over `tcp`, trusting the test CA, for `name`.
+async fn tls_client(
+    pki: &Pki,
+    tcp: tokio::net::TcpStream,
+    name: &str,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(pki.path("ca.pem")).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg));
+    let name = ServerName::try_from(name.to_string()).unwrap();
+    connector.connect(name, tcp).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websockets_over_tls_reach_the_server() {
+    use futures_util::{SinkExt as _, StreamExt as _};
+    use tokio_tungstenite::tungstenite::Message;
+    let pki = Pki::new();
+    let (p, addr, _) = front(&pki, "").await;
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tls = tls_client(&pki, tcp, "a.example").await;
+    let (mut ws, resp) = tokio_tungstenite::client_async("wss://a.example/ws/echo", tls)
+        .await
+        .expect("the WebSocket handshake over TLS succeeds");
+    assert_eq!(resp.status(), 101);
+    for i in 0..20usize {
+        let m = Message::binary(vec![i as u8; i * 7919]);
+        ws.send(m.clone()).await.unwrap();
+        let back = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("an echo in time")
+            .expect("open")
+            .unwrap();
+        assert_eq!(back, m);
+    }
+    until(&p, "one tunnel", |s| s.virtual_servers[0].tunnels == 1).await;
+    ws.close(None).await.unwrap();
+    while let Some(Ok(_)) = ws.next().await {}
+    drop(ws);
+    until(&p, "no tunnel", |s| s.virtual_servers[0].tunnels == 0).await;
+    assert_eq!(p.snapshot().virtual_servers[0].upgrades, 1);
 }

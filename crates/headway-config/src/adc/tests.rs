@@ -79,6 +79,8 @@ fn defaults_of_a_minimal_http_virtual_server() {
     assert_eq!(g.servers[0].state, AdminState::Enabled);
     let v = &c.adc.virtual_servers[0];
     assert!(v.http2 && v.x_forwarded_for && v.x_forwarded_proto && !v.forwarded);
+    assert!(v.upgrades);
+    assert_eq!(v.tunnel_idle_timeout, Duration::from_secs(3600));
     assert_eq!((v.max_header_bytes, v.max_headers), (32 * 1024, 100));
     assert!(v.rules.is_empty() && v.access_log.is_none());
     assert_eq!(c.runtime, RuntimeConfig::default());
@@ -190,6 +192,18 @@ fn tcp_virtual_servers_refuse_http_options_and_cookie_persistence() {
         10,
         15,
         &["is `tcp`", "max_headers"],
+    );
+    assert_err(
+        &format!("{GROUP}{tcp}tunnel_idle_timeout = \"10m\"\n"),
+        10,
+        23,
+        &["is `tcp`", "tunnel_idle_timeout"],
+    );
+    assert_err(
+        &format!("{GROUP}{tcp}upgrades = false\n"),
+        7,
+        8,
+        &["is `tcp`", "`upgrades`"],
     );
     assert_err(
         &format!("{GROUP}{tcp}[[virtual_server.rule]]\ngroup = \"web\"\npath = \"/\"\n"),

@@ -205,6 +205,21 @@ pub struct VirtualServerSection {
     /// HTTP: accept HTTP/2 beside HTTP/1.1 — with prior knowledge on `http`, offered by ALPN
     /// (`h2`, then `http/1.1`) on `https`. Default: true.
     pub http2: Option<bool>,
+    /// HTTP: pass protocol upgrades (WebSocket) through to the servers. A request asking for
+    /// one (`Connection: upgrade` and an `Upgrade` field other than `h2c`) goes to the server
+    /// with both fields; if the server answers `101 Switching Protocols`, the client connection
+    /// becomes a tunnel to that server connection — bytes both ways, half-closes carried —
+    /// until both sides have closed or it idles for `tunnel_idle_timeout`. If it answers
+    /// anything else, the answer goes to the client and the client connection closes after it.
+    /// `false`: the `Upgrade` field is removed and the request is served as a plain one (also
+    /// always for `h2c`, the cleartext HTTP/2 upgrade; use HTTP/2 with prior knowledge). A tunnel
+    /// counts as one request of the server it went to for as long as it is open (its connection
+    /// limits, least connection). Default: true.
+    pub upgrades: Option<bool>,
+    /// HTTP: close an upgraded connection (a WebSocket) with no bytes in either direction for
+    /// this long (`"1h"`). Applications that keep quiet connections open send pings more often
+    /// than this. Default: `"1h"`.
+    pub tunnel_idle_timeout: Option<Spanned<DurationValue>>,
     /// HTTP: append the client's address to `X-Forwarded-For`. Default: true.
     pub x_forwarded_for: Option<bool>,
     /// HTTP: set `X-Forwarded-Proto` (`http`, or `https` on `https` virtual servers). Default:

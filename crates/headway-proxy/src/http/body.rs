@@ -115,7 +115,7 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    fn end(mut self, complete: bool, body_bytes: u64, conn: Option<Conn>) {
+    pub(crate) fn end(mut self, complete: bool, body_bytes: u64, conn: Option<Conn>) {
         let now = SystemClock::now();
         let elapsed = now.saturating_duration_since(self.started);
         self.counters.latency.record(elapsed);

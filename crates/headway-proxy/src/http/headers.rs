@@ -59,6 +59,30 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) -> bool {
     close
 }
 
+/// The `Upgrade` field of a request that asks for a protocol upgrade a tunnel can carry:
+/// `Connection` lists `upgrade` (RFC 9110 §7.8), there is one `Upgrade` field, and it names a
+/// protocol other than `h2c` (cleartext HTTP/2, which clients get from the proxy itself with
+/// prior knowledge rather than by tunnelling to a server). `None` for any other request.
+pub fn upgrade_asked(headers: &HeaderMap) -> Option<HeaderValue> {
+    let listed = connection_options(headers.get_all(header::CONNECTION).iter())
+        .any(|t| t.eq_ignore_ascii_case("upgrade"));
+    if !listed {
+        return None;
+    }
+    let mut fields = headers.get_all(header::UPGRADE).iter();
+    let value = fields.next()?;
+    if fields.next().is_some() {
+        return None;
+    }
+    let tunnelled = value
+        .to_str()
+        .ok()?
+        .split(',')
+        .map(|p| p.trim().split('/').next().unwrap_or_default())
+        .any(|p| !p.is_empty() && !p.eq_ignore_ascii_case("h2c"));
+    tunnelled.then(|| value.clone())
+}
+
 /// The comma-separated options of `Connection` field values, trimmed.
 pub(super) fn connection_options<'a>(
     values: impl Iterator<Item = &'a HeaderValue>,
@@ -260,6 +284,60 @@ mod tests {
     }
 
     #[test]
+    fn upgrades_a_tunnel_carries_are_told_from_the_others() {
+        let asked = |pairs: &[(&str, &str)]| {
+            upgrade_asked(&map(pairs)).map(|v| v.to_str().unwrap().to_string())
+        };
+        let ws = [
+            ("connection", "keep-alive, Upgrade"),
+            ("upgrade", "websocket"),
+        ];
+        assert_eq!(asked(&ws).as_deref(), Some("websocket"));
+        // Versions and lists pass as the client wrote them.
+        assert_eq!(
+            asked(&[("connection", "upgrade"), ("upgrade", "h2c, WebSocket/13")]).as_deref(),
+            Some("h2c, WebSocket/13")
+        );
+        // Cleartext HTTP/2 alone is never tunnelled, in any case or version.
+        assert_eq!(
+            asked(&[("connection", "upgrade"), ("upgrade", "h2c")]),
+            None
+        );
+        assert_eq!(
+            asked(&[("connection", "upgrade"), ("upgrade", " H2C/2 , ")]),
+            None
+        );
+        // `Connection` must list `upgrade`; one `Upgrade` field; a name in it.
+        assert_eq!(asked(&[("upgrade", "websocket")]), None);
+        assert_eq!(
+            asked(&[("connection", "close"), ("upgrade", "websocket")]),
+            None
+        );
+        assert_eq!(
+            asked(&[
+                ("connection", "upgrade"),
+                ("upgrade", "websocket"),
+                ("upgrade", "x")
+            ]),
+            None
+        );
+        assert_eq!(
+            asked(&[("connection", "upgrade"), ("upgrade", " , ")]),
+            None
+        );
+        // Two `Connection` fields count as one list.
+        assert_eq!(
+            asked(&[
+                ("connection", "keep-alive"),
+                ("connection", "upgrade"),
+                ("upgrade", "x")
+            ])
+            .as_deref(),
+            Some("x")
+        );
+    }
+
+    #[test]
     fn ipv4_addresses_are_written_as_display_writes_them() {
         for ip in [
             [0, 0, 0, 0],
@@ -272,12 +350,58 @@ mod tests {
         }
     }
 
+    /// A field value made of tokens that matter to upgrades, and any printable bytes.
+    fn field_value() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::strategy::Strategy as _;
+        let token = proptest::prop_oneof![
+            proptest::sample::select(vec![
+                "upgrade",
+                "Upgrade",
+                " UPGRADE ",
+                "close",
+                "keep-alive",
+                "websocket",
+                "h2c",
+                "H2C/2",
+                "x",
+                "",
+                " ",
+            ])
+            .prop_map(str::to_string),
+            "[ -~]{0,12}",
+        ];
+        proptest::collection::vec(token, 0..4).prop_map(|t| t.join(","))
+    }
+
     proptest::proptest! {
         #[test]
         fn any_ipv4_address_is_written_as_display_writes_it(ip in proptest::prelude::any::<u32>()) {
             let ip = std::net::Ipv4Addr::from(ip);
             let text = ip.to_string();
             proptest::prop_assert_eq!(ipv4_value(ip), text.as_str());
+        }
+
+        #[test]
+        fn an_upgrade_is_carried_only_as_the_client_asked(
+            connection in proptest::collection::vec(field_value(), 0..3),
+            upgrade in proptest::collection::vec(field_value(), 0..3),
+        ) {
+            let mut m = HeaderMap::new();
+            for v in &connection {
+                m.append(header::CONNECTION, HeaderValue::from_str(v).unwrap());
+            }
+            for v in &upgrade {
+                m.append(header::UPGRADE, HeaderValue::from_str(v).unwrap());
+            }
+            if let Some(v) = upgrade_asked(&m) {
+                // The client's one field, unchanged, and a `Connection` that names it.
+                proptest::prop_assert_eq!(upgrade.len(), 1);
+                proptest::prop_assert_eq!(v.as_bytes(), upgrade[0].as_bytes());
+                proptest::prop_assert!(connection
+                    .iter()
+                    .any(|c| c.to_ascii_lowercase().contains("upgrade")));
+                proptest::prop_assert!(!v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"h2c"));
+            }
         }
     }
 

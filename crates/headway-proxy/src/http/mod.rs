@@ -7,7 +7,8 @@
 //!                  └ HTTP/2 (prior knowledge, ALPN) ──────────────┴▶ Guarded (framing check,
 //!                                                                    activity) ──▶ hyper
 //!  per request:
-//!   1 admit     framing verdict (400 + close) · per-client rate (429)
+//!   1 admit     framing verdict (400 + close) · CONNECT (501) · an `Upgrade` request is
+//!               marked for a tunnel (WebSocket) or served plain, closing · per-client rate (429)
 //!   2 route     content-switching rules → server group
 //!   2½ cache    the integrated cache's lookup ([`crate::cache`]): a hit (or a stale object
 //!               while it is revalidated in the background) is answered here; a miss leads or
@@ -19,7 +20,9 @@
 //!   5 respond   hop-by-hop fields out · the cache decides whether to store (the body is
 //!               teed into it as it streams) · response header rules · compression decided
 //!               (`Accept-Encoding` read before 4; [`compress`]; answers from the cache are
-//!               compressed per client too) · persistence cookie
+//!               compressed per client too) · persistence cookie · a `101` to an upgrade
+//!               goes to the client, then the connection is a tunnel to the server's
+//!               ([`tunnel`]), run by the connection's task once hyper hands it over
 //!   6 finish    at the end of the response body: connection back to the pool, slot released,
 //!               counters, access log ([`body::Exchange`])
 //! ```
@@ -36,6 +39,7 @@ pub mod h1;
 pub mod headers;
 pub mod rewind;
 pub mod route;
+pub mod tunnel;
 pub mod write_batch;
 
 use std::convert::Infallible;
@@ -191,6 +195,8 @@ pub struct ConnActivity {
     linger: std::sync::atomic::AtomicBool,
     /// The request being answered is the connection's last ([`headers::request_closes`]).
     last_exchange: std::sync::atomic::AtomicBool,
+    /// An upgraded connection to run once the HTTP part has ended ([`tunnel`]).
+    tunnel: parking_lot::Mutex<Option<tunnel::Pending>>,
 }
 
 impl ConnActivity {
@@ -513,6 +519,10 @@ struct Conn {
     verdict: Arc<Verdict>,
     requests: AtomicU64,
     activity: Arc<ConnActivity>,
+    /// The answer being made ends the connection: its request asked for an upgrade that did
+    /// not happen, and the framing check stopped at it (what follows such a request may be
+    /// another protocol), so no request after it is read.
+    close_after: AtomicBool,
 }
 
 impl Conn {
@@ -530,6 +540,7 @@ impl Conn {
             verdict: Arc::default(),
             requests: AtomicU64::new(0),
             activity,
+            close_after: AtomicBool::new(false),
         }
     }
 }
@@ -609,6 +620,12 @@ pub async fn serve_stream<S: Stream>(
     drop(vs);
     // Boxed: this function's own state stays small.
     Box::pin(drive(c, peer, drain, &activity, idle, header)).await;
+    // A request that was upgraded (a WebSocket) ended the HTTP part; its tunnel runs here,
+    // counted as the connection it is.
+    let tunnel = activity.tunnel.lock().take();
+    if let Some(t) = tunnel {
+        t.run().await;
+    }
 }
 
 /// hyper serving `stream` (the rest of an HTTP/1 connection, or an HTTP/2 one) for `conn`,
@@ -647,7 +664,11 @@ fn hyper_conn<S: Stream>(
                 .serve_connection(TokioIo::new(write_batch::WriteBatch::new(io)), service),
         )
     } else {
-        Box::pin(vs.http1.serve_connection(TokioIo::new(io), service))
+        Box::pin(
+            vs.http1
+                .serve_connection(TokioIo::new(io), service)
+                .with_upgrades(),
+        )
     }
 }
 
@@ -738,9 +759,9 @@ trait Served: Send {
     fn graceful(self: Pin<&mut Self>);
 }
 
-impl<I, S> Served for hyper::server::conn::http1::Connection<I, S>
+impl<I, S> Served for hyper::server::conn::http1::UpgradeableConnection<I, S>
 where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     S: hyper::service::HttpService<Incoming, ResBody = RespBody> + Send,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     S::Future: Send,
@@ -912,9 +933,13 @@ async fn handle(conn: Arc<Conn>, req: Request<ReqBody>) -> Response<RespBody> {
     // level of nesting doubled the size: a request's future was 21.6 KB, copied whole into
     // hyper's box and then level by level (39 KB of memcpy per request, 10 % of the
     // instructions of a proxied request). Boxed, the levels are 0.8, 3.8 and 1.5 KB.
-    let resp = match Box::pin(phases(&conn, &vs, n, parts, body, started, &mut log)).await {
+    let mut resp = match Box::pin(phases(&conn, &vs, n, parts, body, started, &mut log)).await {
         Flow::Respond(r) | Flow::Continue(r) => r,
     };
+    if conn.close_after.load(Relaxed) && resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     counters.responses.record(resp.status().as_u16());
     // A response made here carries no exchange: end the request's accounting now.
     if let Some(line) = log {
@@ -954,13 +979,28 @@ async fn phases(
             return local_end(local(status, v.message(), true));
         }
     }
-    if parts.method == Method::CONNECT || parts.headers.contains_key(header::UPGRADE) {
+    if parts.method == Method::CONNECT {
+        // Closing: the framing check stopped at this request, as at an upgrade.
         vs.shared.counters.bad_requests.inc();
         return local_end(local(
             StatusCode::NOT_IMPLEMENTED,
-            "CONNECT and protocol upgrades are not supported by this virtual server",
-            false,
+            "CONNECT is for forward proxies; this virtual server is a reverse proxy",
+            true,
         ));
+    }
+    // A protocol upgrade (a WebSocket) becomes a tunnel if the virtual server passes upgrades
+    // and the server agrees (see `tunnel`); otherwise the request is served as a plain one
+    // (its `Upgrade` is hop-by-hop, removed on the way) and the connection ends after it.
+    let mut upgrade = None;
+    if parts.version != Version::HTTP_2 && parts.headers.contains_key(header::UPGRADE) {
+        conn.close_after.store(true, Relaxed);
+        if vs.config.upgrades && parts.version == Version::HTTP_11 && body.is_end_stream() {
+            if let Some(protocols) = headers::upgrade_asked(&parts.headers) {
+                if let Some(client) = parts.extensions.remove::<hyper::upgrade::OnUpgrade>() {
+                    upgrade = Some((protocols, client));
+                }
+            }
+        }
     }
     if !vs.shared.limits.admit_request(conn.peer.ip()) {
         vs.shared.counters.rate_limited.inc();
@@ -979,7 +1019,7 @@ async fn phases(
     let accepted = vs.compression.as_ref().map(|c| c.accepts(&parts.headers));
     // 2½ cache
     let mut fetch = None;
-    if let Some(cache) = &vs.cache {
+    if let (Some(cache), None) = (&vs.cache, &upgrade) {
         let https = vs.config.kind == headway_config::adc::VirtualServerKind::Https;
         match cache.lookup(&mut parts, https, !body.is_end_stream()).await {
             Lookup::Bypass => {}
@@ -1004,7 +1044,18 @@ async fn phases(
     });
     let method = parts.method.clone();
     let version = parts.version;
-    match upstream(conn, vs, &group, parts, Some(body), cookie.as_deref()).await {
+    let (protocols, client) = upgrade.unzip();
+    match upstream(
+        conn,
+        vs,
+        &group,
+        parts,
+        Some(body),
+        cookie.as_deref(),
+        protocols.as_ref(),
+    )
+    .await
+    {
         Flow::Respond(r) => {
             // A stale object in its stale-if-error window answers instead of the error.
             match fetch.and_then(|f| f.on_error()) {
@@ -1024,6 +1075,11 @@ async fn phases(
             rparts.status = head.status;
             rparts.version = version;
             rparts.headers = head.headers;
+            // The server agreed to the upgrade: its protocol, kept from the hop-by-hop
+            // fields removed below.
+            let switched = client
+                .filter(|_| rparts.status == StatusCode::SWITCHING_PROTOCOLS)
+                .map(|c| (c, rparts.headers.get(header::UPGRADE).cloned()));
             // HTTP/1.0 servers close unless they say keep-alive; we never ask them to.
             let close =
                 headers::strip_hop_by_hop(&mut rparts.headers) || head.version == Version::HTTP_10;
@@ -1047,6 +1103,7 @@ async fn phases(
             };
             vs.response_rules.apply(&mut rparts.headers);
             let stage = match (&vs.compression, accepted) {
+                _ if switched.is_some() => None,
                 (Some(c), Some(accepted)) => c.respond(
                     &method,
                     accepted,
@@ -1080,6 +1137,9 @@ async fn phases(
                 started,
                 log,
             };
+            if let Some((client, protocol)) = switched {
+                return switch_protocols(conn, vs, rparts, protocol, server_conn, client, exchange);
+            }
             Flow::Continue(Response::from_parts(
                 rparts,
                 RespBody::upstream(server_conn, decoder, exchange)
@@ -1088,6 +1148,50 @@ async fn phases(
             ))
         }
     }
+}
+
+/// The server's `101 Switching Protocols` (`parts`, hop-by-hop fields removed; `protocol`, its
+/// `Upgrade`) on its way to the client, and the tunnel that follows (see [`tunnel`]), left
+/// for the connection's task.
+fn switch_protocols(
+    conn: &Conn,
+    vs: &VsRuntime,
+    mut parts: http::response::Parts,
+    protocol: Option<HeaderValue>,
+    server: crate::upstream::Conn,
+    client: hyper::upgrade::OnUpgrade,
+    exchange: Exchange,
+) -> Flow<Response<RespBody>> {
+    let Some(protocol) = protocol else {
+        // RFC 9110 §15.2.2: a 101 names the protocol switched to. The server connection is
+        // closed (it is no longer HTTP), the exchange ends with the error.
+        drop(server);
+        let mut exchange = exchange;
+        if let Some(line) = exchange.log.as_mut() {
+            line.1.status = StatusCode::BAD_GATEWAY.as_u16();
+        }
+        exchange.end(false, 0, None);
+        return Flow::Respond(local(
+            StatusCode::BAD_GATEWAY,
+            "the server switched protocols without saying to which",
+            true,
+        ));
+    };
+    let h = &mut parts.headers;
+    h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    h.insert(header::UPGRADE, protocol);
+    let tunnel = tunnel::Tunnel {
+        client,
+        server,
+        exchange,
+        counters: vs.shared.counters.clone(),
+        idle: vs.config.tunnel_idle_timeout,
+    };
+    *conn.activity.tunnel.lock() = Some(tunnel.pending());
+    Flow::Continue(Response::from_parts(
+        parts,
+        RespBody::full(Bytes::new(), None),
+    ))
 }
 
 /// An answer from the cache on its way to one client: the response header rules and the
@@ -1115,7 +1219,7 @@ fn from_cache(
 async fn revalidate(conn: Arc<Conn>, vs: Arc<VsRuntime>, group: Arc<Group>, fetch: Box<Fetch>) {
     use http_body_util::BodyExt as _;
     let parts = fetch.background_request();
-    let up = match upstream(&conn, &vs, &group, parts, None, None).await {
+    let up = match upstream(&conn, &vs, &group, parts, None, None, None).await {
         Flow::Continue(up) => up,
         Flow::Respond(_) => {
             drop(fetch.on_error());
@@ -1188,6 +1292,7 @@ async fn upstream(
     mut parts: http::request::Parts,
     body: Option<ReqBody>,
     cookie: Option<&[u8]>,
+    upgrade: Option<&HeaderValue>,
 ) -> Flow<Upstream> {
     let cfg = &group.config;
     // The request as servers see it.
@@ -1223,6 +1328,11 @@ async fn upstream(
         host.as_deref(),
     );
     vs.request_rules.apply(&mut parts.headers);
+    if let Some(protocols) = upgrade {
+        let h = &mut parts.headers;
+        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        h.insert(header::UPGRADE, protocols.clone());
+    }
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     // Only url-hash reads the URL.
     let url = (cfg.method == headway_lb::select::Method::UrlHash).then_some(target.as_bytes());
@@ -1277,7 +1387,7 @@ async fn upstream(
             &head,
             &mut body,
             framing,
-            &parts.method,
+            (&parts.method, upgrade.is_some()),
             &vs.shared.counters,
         ))
         .await;
@@ -1311,7 +1421,7 @@ async fn exchange(
     head: &[u8],
     body: &mut Option<ReqBody>,
     framing: codec::RequestFraming,
-    method: &Method,
+    (method, upgrade): (&Method, bool),
     vs_counters: &VirtualServerCounters,
 ) -> Result<(crate::upstream::Conn, codec::ResponseHead, codec::Decoder), Attempt> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -1441,6 +1551,13 @@ async fn exchange(
             ));
         }
     };
+    if h.status == StatusCode::SWITCHING_PROTOCOLS && !upgrade {
+        failed("101 Switching Protocols to a request that asked for no upgrade");
+        return Err(Attempt::Fail(
+            StatusCode::BAD_GATEWAY,
+            "the server switched protocols unasked",
+        ));
+    }
     let decoder = match codec::response_framing(method, h.status, &h.headers) {
         Ok(f) => codec::Decoder::new(f),
         Err(e) => {

@@ -1,0 +1,200 @@
+//! Upgraded connections: after a server's `101 Switching Protocols` (a WebSocket, or any other
+//! protocol an `Upgrade` request asked for), the client connection and that server connection
+//! carry bytes both ways until both sides have closed, either side fails, or neither has sent
+//! anything for the virtual server's `tunnel_idle_timeout`.
+//!
+//! How a request becomes a tunnel (`super::phases`): the request keeps its `Upgrade` field
+//! and `Connection: upgrade` on its way to the server, and is sent on a pooled connection like
+//! any other; the server's `101` goes to the client with the server's fields (its `Upgrade`
+//! and `Connection: upgrade` included). hyper writes the `101` and then hands the client
+//! connection over (`hyper::upgrade::OnUpgrade`), with any bytes the client sent after the
+//! request; the server connection never returns to the pool. The tunnel runs in the client
+//! connection's own task after its HTTP part ended ([`Pending`]), so the connection stays
+//! counted (active connections, per-client limits, graceful shutdown) for as long as it lasts.
+//! The request's server lease is held as long too: a tunnel counts against the server's
+//! connection limit and for least connection. Bytes the server sent right behind its `101`
+//! reach the client first.
+//!
+//! A half-close is carried (a FIN from one side shuts down writing towards the other, and the
+//! other direction goes on), as on a `tcp` virtual server. When the tunnel ends, the request's
+//! exchange ends: server → client bytes are its response bytes (counters, access log), client →
+//! server bytes count as bytes in.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use headway_core::SystemClock;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadBuf};
+
+use super::body::Exchange;
+use crate::stats::VirtualServerCounters;
+use crate::upstream::Conn;
+
+/// A tunnel waiting for its client connection's HTTP part to end (see the module docs).
+pub struct Pending(Pin<Box<dyn Future<Output = ()> + Send>>);
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("tunnel::Pending")
+    }
+}
+
+impl Pending {
+    /// Runs the tunnel to its end.
+    pub async fn run(self) {
+        self.0.await;
+    }
+}
+
+/// What a tunnel needs: the client side to come, the server side, and the exchange it ends.
+pub(super) struct Tunnel {
+    /// The client connection, once hyper has written the `101`.
+    pub client: OnUpgrade,
+    /// The server connection (and what the server sent after its `101`).
+    pub server: Conn,
+    /// The request's exchange (server lease, counters, access log line).
+    pub exchange: Exchange,
+    /// The virtual server's counters.
+    pub counters: Arc<VirtualServerCounters>,
+    /// Close after this long without a byte either way.
+    pub idle: Duration,
+}
+
+impl Tunnel {
+    /// The tunnel as a future for the connection's task.
+    pub(super) fn pending(self) -> Pending {
+        self.counters.upgrades.inc();
+        self.counters.tunnels.inc();
+        Pending(Box::pin(self.run()))
+    }
+
+    async fn run(self) {
+        let Tunnel {
+            client,
+            server,
+            exchange,
+            counters,
+            idle,
+        } = self;
+        let io = AtomicU64::new(0);
+        let up = AtomicU64::new(0);
+        let down = AtomicU64::new(server.buf.len() as u64);
+        let complete = match client.await {
+            Ok(upgraded) => {
+                let mut client = Metered {
+                    inner: TokioIo::new(upgraded),
+                    read: &up,
+                    io: &io,
+                };
+                let mut server_side = Metered {
+                    inner: server.stream,
+                    read: &down,
+                    io: &io,
+                };
+                let relay = async {
+                    if !server.buf.is_empty() {
+                        client.inner.write_all(&server.buf).await?;
+                    }
+                    tokio::io::copy_bidirectional(&mut client, &mut server_side).await
+                };
+                tokio::select! {
+                    r = relay => match r {
+                        Ok(_) => true,
+                        Err(e) => {
+                            tracing::debug!(error = %e, "upgraded connection ended with an error");
+                            false
+                        }
+                    },
+                    () = idle_out(&io, idle) => {
+                        tracing::debug!("upgraded connection idle; closing it");
+                        false
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "the client connection was not handed over after 101");
+                false
+            }
+        };
+        let up = up.load(Relaxed);
+        counters.bytes_in.add(up);
+        if let Some(lease) = &exchange.lease {
+            lease.server.counters.bytes_out.add(up);
+        }
+        counters.tunnels.dec();
+        exchange.end(complete, down.load(Relaxed), None);
+    }
+}
+
+/// Ready once `io` has not moved for `idle` (checked a few times per period, so within a
+/// quarter of it).
+async fn idle_out(io: &AtomicU64, idle: Duration) {
+    let period = (idle / 4).max(Duration::from_millis(10));
+    let mut seen = io.load(Relaxed);
+    let mut since = SystemClock::now();
+    loop {
+        tokio::time::sleep(period).await;
+        let now = SystemClock::now();
+        let n = io.load(Relaxed);
+        if n != seen {
+            seen = n;
+            since = now;
+        } else if now.saturating_duration_since(since) >= idle {
+            return;
+        }
+    }
+}
+
+/// A stream that counts the bytes read from it and notes every read and write.
+struct Metered<'a, S> {
+    inner: S,
+    read: &'a AtomicU64,
+    io: &'a AtomicU64,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Metered<'_, S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            self.read.fetch_add(n as u64, Relaxed);
+            self.io.fetch_add(1, Relaxed);
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<'_, S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = r {
+            if n > 0 {
+                self.io.fetch_add(1, Relaxed);
+            }
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
