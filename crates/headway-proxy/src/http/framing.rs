@@ -541,6 +541,13 @@ impl<S> Guarded<S> {
     pub fn in_request(&self) -> Option<u64> {
         self.checker.as_ref().and_then(FramingChecker::in_request)
     }
+
+    /// Whether the stream still carries HTTP/1 requests the check reads: not after a
+    /// violation, the HTTP/2 preface, or a request for a protocol upgrade (what follows may
+    /// be another protocol: a WebSocket's frames, say).
+    pub fn is_checking(&self) -> bool {
+        self.checker.is_some()
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {

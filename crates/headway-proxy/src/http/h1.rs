@@ -13,11 +13,17 @@
 //! 2-core machine, more than this change.)
 //!
 //! The first request it does not take — one with a body (`Content-Length`,
-//! `Transfer-Encoding`), `Expect`, `Upgrade`, `CONNECT`, a version other than 1.0 and 1.1, a
-//! head it cannot parse or one over the limits — and every later request of that connection
-//! go to hyper, behind the framing check (`super::framing`), with the bytes already read handed
-//! over first. The hard cases (bodies, 100-continue, 400 and 431 answers, smuggling defence)
-//! so keep one implementation; the fast path only ever sees well-formed bodiless requests.
+//! `Transfer-Encoding`), `Expect`, `CONNECT`, a version other than 1.0 and 1.1, a head it
+//! cannot parse or one over the limits — and every later request of that connection go to
+//! hyper, behind the framing check (`super::framing`), with the bytes already read handed over
+//! first. The hard cases (bodies, 100-continue, 400 and 431 answers, smuggling defence) so keep
+//! one implementation; the fast path only ever sees well-formed bodiless requests.
+//!
+//! A bodiless request for a protocol upgrade (a WebSocket's opening handshake) is taken: if
+//! the server switches protocols, the loop writes the `101` and ends with the stream and the
+//! bytes read past the request ([`Ending::Upgraded`]), which the tunnel carries from then on
+//! (`super::tunnel`); if not, the answer says `Connection: close` and the loop ends with it, so
+//! nothing the client sent after such a request is read as HTTP.
 //!
 //! The pure parts — [`take_head`] and [`write_head`] — are property-tested; [`serve`] is the
 //! thin shell around them.
@@ -64,7 +70,7 @@ pub enum Head {
 }
 
 /// Takes a complete request head off the front of `buf` if it is one this loop serves:
-/// HTTP/1.0 or 1.1, no body, no `Expect` or `Upgrade`, not `CONNECT`, within `max_head` bytes
+/// HTTP/1.0 or 1.1, no body, no `Expect`, not `CONNECT`, within `max_head` bytes
 /// and `max_headers` fields (at most [`MAX_FAST_HEADERS`]). Field values and the target refer
 /// to the buffer's bytes, not copies. `names` is scratch space kept by the caller.
 pub fn take_head(
@@ -107,7 +113,6 @@ pub fn take_head(
         if name == header::CONTENT_LENGTH
             || name == header::TRANSFER_ENCODING
             || name == header::EXPECT
-            || name == header::UPGRADE
         {
             return Head::Other;
         }
@@ -267,7 +272,7 @@ pub fn write_head(
     };
     if http10 && keep && !said_keep_alive {
         out.put_slice(b"connection: keep-alive\r\n");
-    } else if !http10 && !keep && !said_close {
+    } else if !http10 && !keep && !said_close && status != StatusCode::SWITCHING_PROTOCOLS {
         out.put_slice(b"connection: close\r\n");
     }
     if !has_date {
@@ -315,6 +320,9 @@ pub(super) enum Ending<S> {
     Closed(io::Result<()>),
     /// A request for hyper: the stream and the bytes read from it that were not served.
     Handoff(S, Bytes),
+    /// The server switched protocols and the `101` is written: the stream and the bytes read
+    /// from it past the request, for the tunnel (`super::tunnel`).
+    Upgraded(S, Bytes),
 }
 
 /// What the loop needs of its connection.
@@ -381,6 +389,7 @@ pub(super) async fn serve<S: Stream>(mut io: S, own: Own) -> Ending<S> {
         let (head, version) = (req.method() == Method::HEAD, req.version());
         let resp = Box::pin(super::handle(own.conn.clone(), req)).await;
         let (parts, body) = resp.into_parts();
+        let switched = parts.status == StatusCode::SWITCHING_PROTOCOLS;
         // The client may send more after this answer: it did not ask to close (`handle` noted
         // that in the activity; a request that closes is this loop's last, so the note is
         // about this one).
@@ -403,8 +412,12 @@ pub(super) async fn serve<S: Stream>(mut io: S, own: Own) -> Ending<S> {
             &http_date(),
         );
         drop(parts);
-        if let Err(e) = send(&mut io, &activity, &out, &mut queue, body, framing, !keep).await {
+        let closing = !keep && !switched;
+        if let Err(e) = send(&mut io, &activity, &out, &mut queue, body, framing, closing).await {
             return Ending::Closed(Err(e));
+        }
+        if switched {
+            return Ending::Upgraded(io, buf.freeze());
         }
         if !keep {
             // The client may have sent more than this answer's request (pipelined, after a

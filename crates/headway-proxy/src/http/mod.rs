@@ -196,7 +196,7 @@ pub struct ConnActivity {
     /// The request being answered is the connection's last ([`headers::request_closes`]).
     last_exchange: std::sync::atomic::AtomicBool,
     /// An upgraded connection to run once the HTTP part has ended ([`tunnel`]).
-    tunnel: parking_lot::Mutex<Option<tunnel::Pending>>,
+    tunnel: parking_lot::Mutex<Option<tunnel::Tunnel>>,
 }
 
 impl ConnActivity {
@@ -451,7 +451,10 @@ impl<S: Stream> tokio::io::AsyncRead for ClientIo<S> {
             }
         }
         if r.is_ready() {
-            me.answer_pending |= me.defer_writes && buf.filled().len() > before;
+            // Not once the stream stopped carrying requests (an upgraded connection's bytes
+            // are relayed as they come).
+            me.answer_pending |=
+                me.defer_writes && buf.filled().len() > before && me.stream().is_checking();
             me.activity.touch();
             let partial = me.stream().in_head();
             me.activity.head_partial.store(partial, Relaxed);
@@ -694,6 +697,15 @@ impl<S: Stream> Served for H1Conn<S> {
             match &mut me.state {
                 H1State::Own(f) => match std::task::ready!(f.as_mut().poll(cx)) {
                     h1::Ending::Closed(r) => return Poll::Ready(r.map_err(Into::into)),
+                    h1::Ending::Upgraded(io, rest) => {
+                        // The 101 is written: the tunnel gets the stream, the bytes read past
+                        // the request first, and runs once this returns (`serve_stream`).
+                        let mut slot = me.conn.activity.tunnel.lock();
+                        if let Some(t) = slot.as_mut() {
+                            t.client = tunnel::Client::Own(Box::new(rewind::Rewind::new(rest, io)));
+                        }
+                        return Poll::Ready(Ok(()));
+                    }
                     h1::Ending::Handoff(io, rest) => {
                         // The requests before were the own loop's; hyper's are numbered
                         // from 1 again, as its framing check numbers them.
@@ -996,9 +1008,13 @@ async fn phases(
         conn.close_after.store(true, Relaxed);
         if vs.config.upgrades && parts.version == Version::HTTP_11 && body.is_end_stream() {
             if let Some(protocols) = headers::upgrade_asked(&parts.headers) {
-                if let Some(client) = parts.extensions.remove::<hyper::upgrade::OnUpgrade>() {
-                    upgrade = Some((protocols, client));
-                }
+                // hyper's requests carry the way to their stream; the own loop hands its
+                // stream over after writing the 101.
+                let client = match parts.extensions.remove::<hyper::upgrade::OnUpgrade>() {
+                    Some(on) => tunnel::Client::Hyper(on),
+                    None => tunnel::Client::Awaited,
+                };
+                upgrade = Some((protocols, client));
             }
         }
     }
@@ -1159,7 +1175,7 @@ fn switch_protocols(
     mut parts: http::response::Parts,
     protocol: Option<HeaderValue>,
     server: crate::upstream::Conn,
-    client: hyper::upgrade::OnUpgrade,
+    client: tunnel::Client,
     exchange: Exchange,
 ) -> Flow<Response<RespBody>> {
     let Some(protocol) = protocol else {
@@ -1187,7 +1203,7 @@ fn switch_protocols(
         counters: vs.shared.counters.clone(),
         idle: vs.config.tunnel_idle_timeout,
     };
-    *conn.activity.tunnel.lock() = Some(tunnel.pending());
+    *conn.activity.tunnel.lock() = Some(tunnel.opened());
     Flow::Continue(Response::from_parts(
         parts,
         RespBody::full(Bytes::new(), None),

@@ -6,10 +6,11 @@
 //! How a request becomes a tunnel (`super::phases`): the request keeps its `Upgrade` field
 //! and `Connection: upgrade` on its way to the server, and is sent on a pooled connection like
 //! any other; the server's `101` goes to the client with the server's fields (its `Upgrade`
-//! and `Connection: upgrade` included). hyper writes the `101` and then hands the client
-//! connection over (`hyper::upgrade::OnUpgrade`), with any bytes the client sent after the
-//! request; the server connection never returns to the pool. The tunnel runs in the client
-//! connection's own task after its HTTP part ended ([`Pending`]), so the connection stays
+//! and `Connection: upgrade` included). Whoever served the request writes the `101` and hands
+//! the client stream over, with any bytes the client sent after the request: the proxy's own
+//! HTTP/1 loop (`super::h1`) its stream directly, hyper through `hyper::upgrade::OnUpgrade`.
+//! The server connection never returns to the pool. The tunnel runs in the client
+//! connection's own task after its HTTP part ended ([`Tunnel::run`]), so the connection stays
 //! counted (active connections, per-client limits, graceful shutdown) for as long as it lasts.
 //! The request's server lease is held as long too: a tunnel counts against the server's
 //! connection limit and for least connection. Bytes the server sent right behind its `101`
@@ -20,7 +21,6 @@
 //! exchange ends: server → client bytes are its response bytes (counters, access log), client →
 //! server bytes count as bytes in.
 
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -36,26 +36,27 @@ use super::body::Exchange;
 use crate::stats::VirtualServerCounters;
 use crate::upstream::Conn;
 
-/// A tunnel waiting for its client connection's HTTP part to end (see the module docs).
-pub struct Pending(Pin<Box<dyn Future<Output = ()> + Send>>);
+/// A client byte stream a tunnel can carry.
+pub trait ClientStream: AsyncRead + AsyncWrite + Send + Unpin {}
 
-impl std::fmt::Debug for Pending {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("tunnel::Pending")
-    }
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> ClientStream for T {}
+
+/// Where a tunnel's client side comes from.
+pub enum Client {
+    /// hyper's connection, handed over once hyper has written the `101`.
+    Hyper(OnUpgrade),
+    /// The own HTTP/1 loop's stream (the bytes it read past the request first), once it has
+    /// written the `101`.
+    Own(Box<dyn ClientStream>),
+    /// The own loop has not handed its stream over yet.
+    Awaited,
 }
 
-impl Pending {
-    /// Runs the tunnel to its end.
-    pub async fn run(self) {
-        self.0.await;
-    }
-}
-
-/// What a tunnel needs: the client side to come, the server side, and the exchange it ends.
-pub(super) struct Tunnel {
-    /// The client connection, once hyper has written the `101`.
-    pub client: OnUpgrade,
+/// A tunnel waiting for its client connection's HTTP part to end (see the module docs): the
+/// client side to come, the server side, and the exchange it ends.
+pub struct Tunnel {
+    /// The client connection.
+    pub(super) client: Client,
     /// The server connection (and what the server sent after its `101`).
     pub server: Conn,
     /// The request's exchange (server lease, counters, access log line).
@@ -66,15 +67,25 @@ pub(super) struct Tunnel {
     pub idle: Duration,
 }
 
+impl std::fmt::Debug for Tunnel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tunnel")
+            .field("server", &self.server)
+            .field("idle", &self.idle)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Tunnel {
-    /// The tunnel as a future for the connection's task.
-    pub(super) fn pending(self) -> Pending {
+    /// Counts the tunnel as opened; it is counted closed when [`Tunnel::run`] ends.
+    pub(super) fn opened(self) -> Self {
         self.counters.upgrades.inc();
         self.counters.tunnels.inc();
-        Pending(Box::pin(self.run()))
+        self
     }
 
-    async fn run(self) {
+    /// Relays bytes until the tunnel ends, then ends the request's exchange.
+    pub async fn run(self) {
         let Tunnel {
             client,
             server,
@@ -85,10 +96,18 @@ impl Tunnel {
         let io = AtomicU64::new(0);
         let up = AtomicU64::new(0);
         let down = AtomicU64::new(server.buf.len() as u64);
-        let complete = match client.await {
-            Ok(upgraded) => {
+        let client: Result<Box<dyn ClientStream>, String> = match client {
+            Client::Hyper(on) => on
+                .await
+                .map(|u| Box::new(TokioIo::new(u)) as Box<dyn ClientStream>)
+                .map_err(|e| e.to_string()),
+            Client::Own(s) => Ok(s),
+            Client::Awaited => Err("the client's stream was not handed over".into()),
+        };
+        let complete = match client {
+            Ok(client) => {
                 let mut client = Metered {
-                    inner: TokioIo::new(upgraded),
+                    inner: client,
                     read: &up,
                     io: &io,
                 };
@@ -118,7 +137,7 @@ impl Tunnel {
                 }
             }
             Err(e) => {
-                tracing::debug!(error = %e, "the client connection was not handed over after 101");
+                tracing::debug!(error = %e, "no client stream for the upgraded connection");
                 false
             }
         };

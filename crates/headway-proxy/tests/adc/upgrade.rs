@@ -97,6 +97,56 @@ async fn websockets_pass_through_and_outlive_a_reload() {
     assert!(s.bytes_in > 1 << 20 && s.bytes_out > 1 << 20, "{s:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_after_a_request_with_a_body_goes_through_hyper_as_well() {
+    // A request with a body hands the connection to hyper for good; the handshake after it
+    // is then hyper's to answer and to hand over.
+    let o = Origin::start("o", Duration::ZERO).await;
+    let text = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", ""));
+    let (p, addr) = proxy(&text).await;
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+        .await
+        .unwrap();
+    let answer = read_until_end(&mut c, b"}\n").await;
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    c.write_all(format!("GET /ws/echo HTTP/1.1\r\nHost: x\r\n{WS_HANDSHAKE}\r\n").as_bytes())
+        .await
+        .unwrap();
+    let head = read_until_end(&mut c, b"\r\n\r\n").await;
+    let head = String::from_utf8_lossy(&head).to_lowercase();
+    assert!(
+        head.starts_with("http/1.1 101 switching protocols\r\n"),
+        "{head}"
+    );
+    assert!(
+        head.contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo=\r\n"),
+        "{head}"
+    );
+    let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+        c,
+        tokio_tungstenite::tungstenite::protocol::Role::Client,
+        None,
+    )
+    .await;
+    for i in 0..10usize {
+        ws.send(Message::binary(vec![i as u8; i * 1000]))
+            .await
+            .unwrap();
+        let back = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("an echo in time")
+            .expect("open")
+            .unwrap();
+        assert_eq!(back, Message::binary(vec![i as u8; i * 1000]));
+    }
+    assert_eq!(vs_stats(&p).tunnels, 1);
+}
+
 /// A server for one upgraded connection: answers the first request head with a 101 to
 /// protocol `echo` and `hello` in the same write, then echoes what comes; when the client
 /// half-closes, writes `bye` and closes. Returns its address and the request head it got.

@@ -31,13 +31,13 @@ fn a_bodiless_request_is_taken_and_the_next_one_stays() {
 }
 
 #[test]
-fn requests_with_bodies_upgrades_and_oddities_are_left_for_hyper() {
+fn requests_with_bodies_and_oddities_are_left_for_hyper() {
     let cases: [&[u8]; 10] = [
         b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
         b"GET / HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
         b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
         b"PUT / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n",
-        b"GET /ws HTTP/1.1\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n",
+        b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nContent-Length: 2\r\n\r\nab",
         b"CONNECT example:443 HTTP/1.1\r\n\r\n",
         b"GET / HTTP/2.0\r\n\r\n",
         b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n",
@@ -53,6 +53,22 @@ fn requests_with_bodies_upgrades_and_oddities_are_left_for_hyper() {
         );
         assert_eq!(&rest[..], case, "the bytes are left as they were");
     }
+}
+
+#[test]
+fn an_upgrade_request_is_taken_with_its_fields_and_the_bytes_after_it_stay() {
+    let (head, rest) =
+        take(b"GET /ws HTTP/1.1\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n\x81\x00");
+    let Head::Ready(req) = head else {
+        panic!("{head:?}")
+    };
+    assert_eq!(req.headers()["upgrade"], "websocket");
+    assert_eq!(req.headers()["connection"], "upgrade");
+    assert_eq!(
+        &rest[..],
+        b"\x81\x00",
+        "a WebSocket frame sent early is not the loop's"
+    );
 }
 
 #[test]
