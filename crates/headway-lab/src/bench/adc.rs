@@ -37,6 +37,10 @@
 //! certificates, resumed handshakes/s and keep-alive HTTPS throughput at 128 B … 512 KiB, each
 //! with the proxy's CPU per handshake or request and the fraction of handshakes really resumed.
 //! With `--compression` too, both run, one after the other.
+//!
+//! `--websocket` runs the WebSocket tests (the `websocket` module): echo round trips on open
+//! connections and whole sessions through each proxy to the origin's `/ws/echo`, with CPU per
+//! round trip or session.
 
 mod cache;
 pub mod compression;
@@ -44,6 +48,7 @@ mod config;
 pub(crate) mod load;
 pub(crate) mod procs;
 mod tls;
+mod websocket;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -131,6 +136,12 @@ pub struct AdcArgs {
     /// both run, TLS first. `--tests` does not apply.
     #[arg(long)]
     pub tls: bool,
+    /// Measure WebSockets instead of the F5 matrix: echo round trips at 128 B, 8 KiB and 64 KiB
+    /// (`--sizes`) on open connections, and whole sessions (connect, handshake, one round trip,
+    /// close), through HAProxy, NGINX and Headway to the origin's `/ws/echo`, with CPU per
+    /// 100,000 (`websocket.md`, `websocket.csv`). `--tests` does not apply.
+    #[arg(long, conflicts_with_all = ["cache", "microcache", "compression", "tls"])]
+    pub websocket: bool,
 }
 
 impl AdcArgs {
@@ -298,6 +309,47 @@ pub fn cells(quick: bool, tests: &[Test], sizes: &[u64]) -> Vec<Cell> {
     out
 }
 
+/// A results table's cell for target `t`: `value` of its entry (with the ratio to HAProxy's
+/// `base` for the other proxies), `†` when a run had trouble or failed, `error †` when no run
+/// gave a number because runs failed, `–` when none did.
+fn entry_cell(
+    e: &Entry,
+    t: Target,
+    base: Option<f64>,
+    value: &dyn Fn(&Entry) -> Option<f64>,
+    fmt: &dyn Fn(f64) -> String,
+) -> String {
+    match value(e) {
+        Some(v) => {
+            let mut x = fmt(v);
+            if let (Some(b), true) = (base, t != Target::Haproxy && t != Target::Origin) {
+                let _ = write!(x, " ({:.2}×)", v / b);
+            }
+            if e.trouble() != (0, 0) || !e.errors.is_empty() {
+                x.push_str(" †");
+            }
+            x
+        }
+        None if !e.errors.is_empty() => "error †".into(),
+        None => "–".into(),
+    }
+}
+
+/// One line per target for a report: how it ran (its pid) or why it did not.
+fn status_lines(instances: &[Instance]) -> Vec<String> {
+    instances
+        .iter()
+        .map(|i| match &i.failure {
+            Some(f) => format!("{}: {}", i.target.label(), f.replace('|', "\\|")),
+            None => format!(
+                "{}: ran (pid {})",
+                i.target.label(),
+                i.proc.as_ref().map_or(0, Proc::pid)
+            ),
+        })
+        .collect()
+}
+
 /// `128 B`, `2 KiB`, `1.5 KiB`.
 fn size_label(bytes: u64) -> String {
     match bytes {
@@ -409,6 +461,9 @@ pub fn run(args: AdcArgs) -> Result<()> {
     }
     if args.microcache {
         return cache::run_microcache(&args);
+    }
+    if args.websocket {
+        return websocket::run(&args);
     }
     if args.tls {
         tls::run(&args)?;
@@ -1002,22 +1057,7 @@ fn render_markdown(
                 let base = results.get(&(*cell, Target::Haproxy)).and_then(value);
                 for &t in targets {
                     let text = match results.get(&(*cell, t)) {
-                        Some(e) => match value(e) {
-                            Some(v) => {
-                                let mut x = fmt(v);
-                                if let (Some(b), true) =
-                                    (base, t != Target::Haproxy && t != Target::Origin)
-                                {
-                                    let _ = write!(x, " ({:.2}×)", v / b);
-                                }
-                                if e.trouble() != (0, 0) || !e.errors.is_empty() {
-                                    x.push_str(" †");
-                                }
-                                x
-                            }
-                            None if !e.errors.is_empty() => "error †".into(),
-                            None => "–".into(),
-                        },
+                        Some(e) => entry_cell(e, t, base, value, fmt),
                         None if t == Target::Origin && cell.test == Test::H2 => "n/a".into(),
                         None if failed(t) => "failed".into(),
                         None => "–".into(),
@@ -1293,6 +1333,7 @@ mod tests {
                 microcache: false,
                 compression: false,
                 tls: false,
+                websocket: false,
                 paced: None,
             },
             tcp: "net.ipv4.tcp_tw_reuse = 2".into(),

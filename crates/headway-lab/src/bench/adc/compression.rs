@@ -26,7 +26,8 @@ use super::load::{self, Load, PerConnection};
 use super::procs::{self, TempDir};
 use super::{
     command_line, config, fmt_cpu, host_line, is_interrupt, launch, load_average, size_label,
-    start_origin, thousands, AdcArgs, Ends, Entry, Instance, Sample, Target, Versions,
+    start_origin, status_lines, thousands, AdcArgs, Ends, Entry, Instance, Sample, Target,
+    Versions,
 };
 use crate::interrupt;
 
@@ -138,21 +139,13 @@ pub fn nginx(
     maxconn: u32,
     dir: &Path,
 ) -> String {
-    let l = config::Listeners {
-        l7: listen,
-        l4: listen,
-        h2: None,
-        admin: None,
-    };
-    let base = config::nginx(origin, workers, &l, maxconn, dir, None);
-    // Keep the `http {}` block only (the stream block would listen on `l4` too).
-    let http_end = base.find("\nstream {").unwrap_or(base.len());
+    let base = config::nginx_http(origin, workers, listen, maxconn, dir);
     let gzip = format!(
         "http {{\n    gzip on;\n    gzip_comp_level 1;\n    gzip_min_length 0;\n    \
          gzip_proxied any;\n    gzip_vary on;\n    gzip_types {};\n",
         TYPES.replace("text/html ", "")
     );
-    base[..http_end].replacen("http {\n", &gzip, 1)
+    base.replacen("http {\n", &gzip, 1)
 }
 
 /// Headway's config: two virtual servers on one server group — `gzip` offers gzip only,
@@ -414,17 +407,7 @@ pub fn run(args: AdcArgs) -> Result<()> {
             }
         }
     }
-    let status: Vec<String> = instances
-        .iter()
-        .map(|i| match &i.failure {
-            Some(f) => format!("{}: {}", i.target.label(), f.replace('|', "\\|")),
-            None => format!(
-                "{}: ran (pid {})",
-                i.target.label(),
-                i.proc.as_ref().map_or(0, procs::Proc::pid)
-            ),
-        })
-        .collect();
+    let status = status_lines(&instances);
     drop(instances);
     let shown: Vec<Row> = Row::ALL
         .into_iter()

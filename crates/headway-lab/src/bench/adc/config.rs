@@ -123,6 +123,27 @@ pub fn nginx(
     s
 }
 
+/// [`nginx`]'s config with one HTTP listener at `listen` and its `http {}` block only (no
+/// stream module): what the other matrices start from and change.
+pub fn nginx_http(
+    origin: SocketAddr,
+    workers: u32,
+    listen: SocketAddr,
+    maxconn: u32,
+    dir: &Path,
+) -> String {
+    let l = Listeners {
+        l7: listen,
+        l4: listen,
+        h2: None,
+        admin: None,
+    };
+    let base = nginx(origin, workers, &l, maxconn, dir, None);
+    // The stream block would listen on `l4` too.
+    let http_end = base.find("\nstream {").unwrap_or(base.len());
+    format!("{}\n", &base[..http_end])
+}
+
 /// Headway's config (`headway run -c FILE`): one round-robin server group with the origin, an
 /// `http` virtual server (HTTP/1.1 and HTTP/2 prior knowledge on one listener) and a `tcp` one.
 pub fn headway(origin: SocketAddr, workers: u32, l: &Listeners) -> String {
