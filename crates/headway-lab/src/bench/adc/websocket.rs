@@ -557,6 +557,39 @@ mod tests {
     }
 
     #[test]
+    fn the_client_measures_echoes_and_sessions_against_a_real_origin() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = headway_origin::listen(addr(0)).await.unwrap();
+            let origin = listener.local_addr().unwrap();
+            let cfg = headway_origin::OriginConfig {
+                listen: origin,
+                ..headway_origin::OriginConfig::default()
+            };
+            tokio::spawn(headway_origin::serve(listener, cfg, std::future::pending()));
+            let pid = std::process::id() as i32;
+            let window = Duration::from_millis(300);
+            let (o, _) = echo(origin, 4, 3000, window, pid).await.unwrap();
+            assert!(o.good > 10 && o.responses == o.good, "{o:?}");
+            assert_eq!(o.socket_errors, 0);
+            assert!(o.latency_mean_ms.is_some_and(|ms| ms > 0.0));
+            let (o, _) = open(origin, 2, window, pid).await.unwrap();
+            assert!(o.good > 2 && o.responses == o.good, "{o:?}");
+            assert_eq!(o.socket_errors, 0);
+            // Nothing listening: an error, not a number.
+            let dead = std::net::TcpListener::bind(addr(0))
+                .unwrap()
+                .local_addr()
+                .unwrap();
+            assert!(echo(dead, 1, 10, window, pid).await.is_err());
+        });
+    }
+
+    #[test]
     fn the_peers_configs_pass_upgrades_on() {
         let h = haproxy(addr(1), 2, addr(2), 4096);
         assert!(
