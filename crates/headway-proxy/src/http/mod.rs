@@ -22,7 +22,8 @@
 //!               (`Accept-Encoding` read before 4; [`compress`]; answers from the cache are
 //!               compressed per client too) · persistence cookie · a `101` to an upgrade
 //!               goes to the client, then the connection is a tunnel to the server's
-//!               ([`tunnel`]), run by the connection's task once hyper hands it over
+//!               ([`tunnel`]), run by the connection's task once the own loop or hyper has
+//!               written the 101 and handed the stream over
 //!   6 finish    at the end of the response body: connection back to the pool, slot released,
 //!               counters, access log ([`body::Exchange`])
 //! ```

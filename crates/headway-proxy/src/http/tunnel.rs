@@ -65,13 +65,13 @@ pub struct Tunnel {
     /// The client connection.
     pub(super) client: Client,
     /// The server connection (and what the server sent after its `101`).
-    pub server: Conn,
+    pub(super) server: Conn,
     /// The request's exchange (server lease, counters, access log line).
-    pub exchange: Exchange,
+    pub(super) exchange: Exchange,
     /// The virtual server's counters.
-    pub counters: Arc<VirtualServerCounters>,
+    pub(super) counters: Arc<VirtualServerCounters>,
     /// Close after this long without a byte either way.
-    pub idle: Duration,
+    pub(super) idle: Duration,
 }
 
 impl std::fmt::Debug for Tunnel {

@@ -209,7 +209,19 @@ const UPGRADE: &str =
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tunnel_carries_early_bytes_both_ways_and_a_half_close() {
     let (server, head) = switching_server().await;
-    let text = format!("{}{}", group("g", "", &[(server, "")]), vs("g", ""));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let text = format!(
+        "{}{}",
+        group("g", "", &[(server, "")]),
+        vs(
+            "g",
+            &format!(
+                "access_log = \"{}\"\naccess_log_format = \"json\"",
+                log.display()
+            )
+        )
+    );
     let (p, addr) = proxy(&text).await;
     let mut c = TcpStream::connect(addr).await.unwrap();
     // The client sends its first bytes of the new protocol with the request.
@@ -254,6 +266,20 @@ async fn a_tunnel_carries_early_bytes_both_ways_and_a_half_close() {
     assert_eq!(s.upgrades, 1);
     // Server → client: "hello", "early", "ping", "bye"; client → server: "early", "ping".
     assert_eq!((s.bytes_out, s.bytes_in), (17, 9));
+    // One access log line for the whole tunnel, written when it ended.
+    let deadline = SystemClock::now() + Duration::from_secs(10);
+    let line = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(l) = text.lines().next() {
+            break serde_json::from_str::<serde_json::Value>(l).unwrap();
+        }
+        assert!(SystemClock::now() < deadline, "no access log line");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(line["status"], 101, "{line}");
+    assert_eq!(line["bytes"], 17, "{line}");
+    assert_eq!(line["uri"], "/chat", "{line}");
+    assert_eq!(line["complete"], true, "{line}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
