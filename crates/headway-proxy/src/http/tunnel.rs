@@ -17,7 +17,9 @@
 //! reach the client first.
 //!
 //! A half-close is carried (a FIN from one side shuts down writing towards the other, and the
-//! other direction goes on), as on a `tcp` virtual server. When the tunnel ends, the request's
+//! other direction goes on), as on a `tcp` virtual server. The relay ([`relay`]) holds a
+//! buffer only while a side has not yet taken what the other sent, so an idle tunnel costs no
+//! copy buffers. When the tunnel ends, the request's
 //! exchange ends: server → client bytes are its response bytes (counters, access log), client →
 //! server bytes count as bytes in.
 
@@ -30,18 +32,13 @@ use std::time::Duration;
 use headway_core::SystemClock;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::body::Exchange;
 use crate::stats::VirtualServerCounters;
 use crate::upstream::Conn;
 
-/// Relay buffer per direction. An 8 KiB WebSocket message with its frame header does not fit
-/// tokio's default 8 KiB, and took two reads and two writes each way: 1.45× HAProxy's CPU per
-/// round trip at 8 KiB (`headway bench adc --websocket`), where HAProxy's buffers are 16 KiB.
-/// So a tunnel holds 32 KiB of buffers while it is open, as a `tcp` virtual server's
-/// connection does before it splices.
-const RELAY_BUF: usize = 16 * 1024;
+mod relay;
 
 /// A client byte stream a tunnel can carry.
 pub trait ClientStream: AsyncRead + AsyncWrite + Send + Unpin {}
@@ -102,7 +99,11 @@ impl Tunnel {
         } = self;
         let io = AtomicU64::new(0);
         let up = AtomicU64::new(0);
-        let down = AtomicU64::new(server.buf.len() as u64);
+        // What the server sent behind its 101 goes first; the connection's read buffer is
+        // not kept for the tunnel's life.
+        let early = server.buf.to_vec();
+        drop(server.buf);
+        let down = AtomicU64::new(early.len() as u64);
         let client: Result<Box<dyn ClientStream>, String> = match client {
             Client::Hyper(on) => on
                 .await
@@ -123,20 +124,8 @@ impl Tunnel {
                     read: &down,
                     io: &io,
                 };
-                let relay = async {
-                    if !server.buf.is_empty() {
-                        client.inner.write_all(&server.buf).await?;
-                    }
-                    tokio::io::copy_bidirectional_with_sizes(
-                        &mut client,
-                        &mut server_side,
-                        RELAY_BUF,
-                        RELAY_BUF,
-                    )
-                    .await
-                };
                 tokio::select! {
-                    r = relay => match r {
+                    r = relay::relay(&mut client, &mut server_side, early) => match r {
                         Ok(_) => true,
                         Err(e) => {
                             tracing::debug!(error = %e, "upgraded connection ended with an error");
