@@ -622,6 +622,10 @@ pub async fn serve_stream<S: Stream>(
         })
     };
     drop(vs);
+    // A tunnel holds the activity (its exchange does) and the activity the tunnel until it is
+    // taken below; if this future is dropped before that, the guard breaks the cycle, so the
+    // server connection and its slot are not leaked.
+    let _unhook = Unhook(&activity);
     // Boxed: this function's own state stays small.
     Box::pin(drive(c, peer, drain, &activity, idle, header)).await;
     // A request that was upgraded (a WebSocket) ended the HTTP part; its tunnel runs here,
@@ -629,6 +633,15 @@ pub async fn serve_stream<S: Stream>(
     let tunnel = activity.tunnel.lock().take();
     if let Some(t) = tunnel {
         t.run().await;
+    }
+}
+
+/// Drops a connection's tunnel that was never run (see `serve_stream`).
+struct Unhook<'a>(&'a ConnActivity);
+
+impl Drop for Unhook<'_> {
+    fn drop(&mut self) {
+        drop(self.0.tunnel.lock().take());
     }
 }
 
@@ -1203,8 +1216,9 @@ fn switch_protocols(
         exchange,
         counters: vs.shared.counters.clone(),
         idle: vs.config.tunnel_idle_timeout,
+        open: tunnel::Open::new(vs.shared.counters.clone()),
     };
-    *conn.activity.tunnel.lock() = Some(tunnel.opened());
+    *conn.activity.tunnel.lock() = Some(tunnel);
     Flow::Continue(Response::from_parts(
         parts,
         RespBody::full(Bytes::new(), None),

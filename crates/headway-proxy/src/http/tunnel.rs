@@ -67,6 +67,8 @@ pub struct Tunnel {
     pub(super) exchange: Exchange,
     /// The virtual server's counters.
     pub(super) counters: Arc<VirtualServerCounters>,
+    /// The count of open tunnels it is one of.
+    pub(super) open: Open,
     /// Close after this long without a byte either way.
     pub(super) idle: Duration,
 }
@@ -80,14 +82,25 @@ impl std::fmt::Debug for Tunnel {
     }
 }
 
-impl Tunnel {
-    /// Counts the tunnel as opened; it is counted closed when [`Tunnel::run`] ends.
-    pub(super) fn opened(self) -> Self {
-        self.counters.upgrades.inc();
-        self.counters.tunnels.inc();
-        self
-    }
+/// Counts a tunnel open for as long as it lives (run to its end, or dropped unrun).
+pub(super) struct Open(Arc<VirtualServerCounters>);
 
+impl Open {
+    /// Counts an upgrade and an open tunnel of the virtual server with `counters`.
+    pub(super) fn new(counters: Arc<VirtualServerCounters>) -> Self {
+        counters.upgrades.inc();
+        counters.tunnels.inc();
+        Open(counters)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.tunnels.dec();
+    }
+}
+
+impl Tunnel {
     /// Relays bytes until the tunnel ends, then ends the request's exchange.
     pub async fn run(self) {
         let Tunnel {
@@ -96,6 +109,7 @@ impl Tunnel {
             exchange,
             counters,
             idle,
+            open,
         } = self;
         let io = AtomicU64::new(0);
         let up = AtomicU64::new(0);
@@ -148,7 +162,7 @@ impl Tunnel {
         if let Some(lease) = &exchange.lease {
             lease.server.counters.bytes_out.add(up);
         }
-        counters.tunnels.dec();
+        drop(open);
         exchange.end(complete, down.load(Relaxed), None);
     }
 }
