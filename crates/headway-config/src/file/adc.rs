@@ -211,8 +211,9 @@ pub struct VirtualServerSection {
     /// becomes a tunnel to that server connection — bytes both ways, half-closes carried —
     /// until both sides have closed or it idles for `tunnel_idle_timeout`. If it answers
     /// anything else, the answer goes to the client and the client connection closes after it.
-    /// `false`: the `Upgrade` field is removed and the request is served as a plain one (also
-    /// always for `h2c`, the cleartext HTTP/2 upgrade; use HTTP/2 with prior knowledge). A tunnel
+    /// `false`: the `Upgrade` field is removed and the request is served as a plain one, the
+    /// connection closing after it (also always for `h2c`, the cleartext HTTP/2 upgrade; use
+    /// HTTP/2 with prior knowledge). `CONNECT` gets 501 either way (forward proxying). A tunnel
     /// counts as one request of the server it went to for as long as it is open (its connection
     /// limits, least connection). Default: true.
     pub upgrades: Option<bool>,
