@@ -296,15 +296,16 @@ async fn an_idle_tunnel_closes_at_its_timeout_and_a_busy_one_does_not() {
     let head = read_n(&mut c, 1).await;
     assert!(head.starts_with(b"HTTP/1.1 101"));
     // Busy for twice the timeout: a byte each 100 ms, each echoed.
-    let start = SystemClock::now();
-    while SystemClock::now().saturating_duration_since(start) < Duration::from_millis(800) {
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
         c.write_all(b"x").await.unwrap();
         let mut b = [0u8; 64];
         let n = c.read(&mut b).await.unwrap();
         assert!(n > 0, "the tunnel closed while busy");
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Idle: closed within the timeout and a quarter of it more (and scheduling slack).
+    // Idle from the last echo on: closed once the timeout has passed, within a quarter of it
+    // more (the watchdog's period) and scheduling slack. (The lower bound allows for the time
+    // between the proxy's last write and this client's read of it on a loaded machine.)
     let quiet = SystemClock::now();
     let mut rest = Vec::new();
     tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut rest))
@@ -313,7 +314,7 @@ async fn an_idle_tunnel_closes_at_its_timeout_and_a_busy_one_does_not() {
         .ok();
     let waited = SystemClock::now().saturating_duration_since(quiet);
     assert!(
-        waited >= Duration::from_millis(350) && waited < Duration::from_secs(2),
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(2),
         "closed after {waited:?}"
     );
 }
