@@ -230,9 +230,40 @@ impl ConnActivity {
 struct Watch {
     idle: Duration,
     header: Duration,
-    seen_io: u64,
-    last_io_at: Instant,
+    quiet: Quiet,
     head_since: Option<Instant>,
+}
+
+/// How long a count of reads and writes, sampled from time to time, has not moved: the
+/// idle timeouts of client connections ([`Watch`]) and of tunnels ([`tunnel`]).
+struct Quiet {
+    seen: u64,
+    since: Instant,
+}
+
+impl Quiet {
+    /// Starting now, with the count at `io`.
+    fn new(io: u64) -> Self {
+        Quiet {
+            seen: io,
+            since: SystemClock::now(),
+        }
+    }
+
+    /// How often to sample for a timeout of `timeout`: a quarter of it, so the timeout fires
+    /// within a quarter of its length after it is due.
+    fn period(timeout: Duration) -> Duration {
+        (timeout / 4).max(Duration::from_millis(10))
+    }
+
+    /// The time since the count was first seen at its value `io`, at `now`.
+    fn quiet_for(&mut self, io: u64, now: Instant) -> Duration {
+        if io != self.seen {
+            self.seen = io;
+            self.since = now;
+        }
+        now.saturating_duration_since(self.since)
+    }
 }
 
 impl Watch {
@@ -240,25 +271,20 @@ impl Watch {
         Watch {
             idle,
             header,
-            seen_io: 0,
-            last_io_at: SystemClock::now(),
+            quiet: Quiet::new(0),
             head_since: None,
         }
     }
 
     /// How often to sample.
     fn period(&self) -> Duration {
-        (self.idle.min(self.header) / 4).max(Duration::from_millis(10))
+        Quiet::period(self.idle.min(self.header))
     }
 
     /// Why the connection should close now, if it should.
     fn check(&mut self, a: &ConnActivity) -> Result<(), &'static str> {
         let now = SystemClock::now();
-        let io = a.io.load(Relaxed);
-        if io != self.seen_io {
-            self.seen_io = io;
-            self.last_io_at = now;
-        }
+        let quiet = self.quiet.quiet_for(a.io.load(Relaxed), now);
         if a.head_partial.load(Relaxed) {
             let since = *self.head_since.get_or_insert(now);
             if now.saturating_duration_since(since) >= self.header {
@@ -267,9 +293,7 @@ impl Watch {
         } else {
             self.head_since = None;
         }
-        if a.inflight.load(Relaxed) == 0
-            && now.saturating_duration_since(self.last_io_at) >= self.idle
-        {
+        if a.inflight.load(Relaxed) == 0 && quiet >= self.idle {
             return Err("idle");
         }
         Ok(())
@@ -1214,7 +1238,6 @@ fn switch_protocols(
         client,
         server,
         exchange,
-        counters: vs.shared.counters.clone(),
         idle: vs.config.tunnel_idle_timeout,
         open: tunnel::Open::new(vs.shared.counters.clone()),
     };

@@ -35,6 +35,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::body::Exchange;
+use super::Quiet;
 use crate::stats::VirtualServerCounters;
 use crate::upstream::Conn;
 
@@ -65,9 +66,7 @@ pub struct Tunnel {
     pub(super) server: Conn,
     /// The request's exchange (server lease, counters, access log line).
     pub(super) exchange: Exchange,
-    /// The virtual server's counters.
-    pub(super) counters: Arc<VirtualServerCounters>,
-    /// The count of open tunnels it is one of.
+    /// The virtual server's counters, counting it as an open tunnel.
     pub(super) open: Open,
     /// Close after this long without a byte either way.
     pub(super) idle: Duration,
@@ -107,7 +106,6 @@ impl Tunnel {
             client,
             server,
             exchange,
-            counters,
             idle,
             open,
         } = self;
@@ -158,7 +156,7 @@ impl Tunnel {
             }
         };
         let up = up.load(Relaxed);
-        counters.bytes_in.add(up);
+        open.0.bytes_in.add(up);
         if let Some(lease) = &exchange.lease {
             lease.server.counters.bytes_out.add(up);
         }
@@ -170,17 +168,11 @@ impl Tunnel {
 /// Ready once `io` has not moved for `idle` (checked a few times per period, so within a
 /// quarter of it).
 async fn idle_out(io: &AtomicU64, idle: Duration) {
-    let period = (idle / 4).max(Duration::from_millis(10));
-    let mut seen = io.load(Relaxed);
-    let mut since = SystemClock::now();
+    let period = Quiet::period(idle);
+    let mut quiet = Quiet::new(io.load(Relaxed));
     loop {
         tokio::time::sleep(period).await;
-        let now = SystemClock::now();
-        let n = io.load(Relaxed);
-        if n != seen {
-            seen = n;
-            since = now;
-        } else if now.saturating_duration_since(since) >= idle {
+        if quiet.quiet_for(io.load(Relaxed), SystemClock::now()) >= idle {
             return;
         }
     }
