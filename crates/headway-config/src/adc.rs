@@ -33,6 +33,9 @@ use crate::suggest::did_you_mean;
 use crate::tls::{Certificate, GroupTls, VsTls};
 use crate::wanopt::{resolve, socket};
 
+pub mod action;
+pub use action::{Action, LocationPart, Redirect, RequestTarget, Respond};
+
 /// Default time between two health checks of one server: 5 s.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
 /// Default health-check timeout: 2 s (or the interval, if shorter).
@@ -245,8 +248,8 @@ pub struct VirtualServer {
     pub kind: VirtualServerKind,
     /// Where it listens (unique across the file).
     pub listen: SocketAddr,
-    /// The default group's name (a configured [`ServerGroup::name`]).
-    pub group: String,
+    /// What happens to requests no rule matches (for `tcp`, always a group).
+    pub action: Action,
     /// Idle time after which a client connection is closed.
     pub client_idle_timeout: Duration,
     /// Time allowed for a whole request header (HTTP).
@@ -348,13 +351,13 @@ pub enum AccessLogFormat {
     Json,
 }
 
-/// A content-switching rule: requests matching every condition go to `group`.
+/// A content-switching rule: what happens to requests matching every condition.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
     /// Its name.
     pub name: String,
-    /// The group's name (a configured [`ServerGroup::name`]).
-    pub group: String,
+    /// A group (a configured [`ServerGroup::name`]), a redirect or a fixed response.
+    pub action: Action,
     /// The conditions (at least one), all of which must hold.
     pub conditions: Vec<Condition>,
 }
@@ -483,11 +486,13 @@ pub(crate) fn adc(
         }
         listens.insert(vs.listen, (vs.name.clone(), at.line));
         // Cookie persistence needs HTTP: a tcp virtual server has no cookies to read.
-        if vs.kind == VirtualServerKind::Tcp {
-            let g = out.group(&vs.group).expect("checked by virtual_server");
+        if let (VirtualServerKind::Tcp, Some(group), Some(at)) =
+            (vs.kind, vs.action.group(), v.group.as_ref())
+        {
+            let g = out.group(group).expect("checked by virtual_server");
             if matches!(g.persistence, Some(Persistence::Cookie(_))) {
                 return Err(invalid(
-                    origin.locate(Some(v.group.span())),
+                    origin.locate(Some(at.span())),
                     format!(
                         "virtual server `{}` is `tcp` but its group `{}` uses cookie \
                          persistence, which needs HTTP: use kind = \"http\", or \
@@ -1153,8 +1158,29 @@ fn virtual_server(
         (None, _) => None,
     };
     let listen = socket(&v.listen, "listen", "TCP", origin)?;
-    let group = reference(&v.group, groups, "server group", "[[server_group]]", origin)?;
+    let action = action::action(
+        &action::ActionFields {
+            group: v.group.as_ref(),
+            redirect: v.redirect.as_ref(),
+            respond: v.respond.as_ref(),
+            at: v.name.span(),
+        },
+        groups,
+        &format!("virtual server `{name}`"),
+        origin,
+    )?;
     if kind == VirtualServerKind::Tcp {
+        if let Some(span) = (v.redirect.as_ref().map(Spanned::span))
+            .or_else(|| v.respond.as_ref().map(Spanned::span))
+        {
+            return Err(invalid(
+                at(span),
+                format!(
+                    "virtual server `{name}` is `tcp`: it cannot answer with `redirect` or \
+                     `respond`, which are HTTP; give it a `group`, or use kind = \"http\""
+                ),
+            ));
+        }
         let http_only = |key: &'static str| {
             let name = name.clone();
             move || {
@@ -1196,7 +1222,7 @@ fn virtual_server(
         }
         if let Some(r) = v.rule.first() {
             return Err(invalid(
-                at(r.group.span()),
+                at(rule_span(r)),
                 format!(
                     "virtual server `{name}` is `tcp`: content-switching rules need HTTP; \
                      remove them or use kind = \"http\""
@@ -1251,7 +1277,7 @@ fn virtual_server(
     Ok(VirtualServer {
         kind,
         listen,
-        group,
+        action,
         client_idle_timeout: positive(
             &v.client_idle_timeout,
             Duration::from_secs(180),
@@ -1391,7 +1417,17 @@ fn rule(
             n.get_ref().clone()
         }
     };
-    let group = reference(&r.group, groups, "server group", "[[server_group]]", origin)?;
+    let action = action::action(
+        &action::ActionFields {
+            group: r.group.as_ref(),
+            redirect: r.redirect.as_ref(),
+            respond: r.respond.as_ref(),
+            at: rule_span(r),
+        },
+        groups,
+        &format!("rule `{name}`"),
+        origin,
+    )?;
     let conditions = conditions(
         &ConditionFields {
             host: &r.host,
@@ -1408,7 +1444,7 @@ fn rule(
     )?;
     if conditions.is_empty() {
         return Err(invalid(
-            origin.locate(Some(r.group.span())),
+            origin.locate(Some(rule_span(r))),
             format!(
                 "rule `{name}` has no condition and would match every request: add one (host, \
                  path, path_prefix, path_contains, path_regex, path_extension, method, header), \
@@ -1418,9 +1454,36 @@ fn rule(
     }
     Ok(Rule {
         name,
-        group,
+        action,
         conditions,
     })
+}
+
+/// Where to point at a rule as a whole: its name, or the first of its actions.
+fn rule_span(r: &AdcRuleSection) -> std::ops::Range<usize> {
+    r.name
+        .as_ref()
+        .map(Spanned::span)
+        .or_else(|| r.group.as_ref().map(Spanned::span))
+        .or_else(|| r.redirect.as_ref().map(Spanned::span))
+        .or_else(|| r.respond.as_ref().map(Spanned::span))
+        .or_else(|| {
+            [
+                &r.host,
+                &r.path,
+                &r.path_prefix,
+                &r.path_contains,
+                &r.path_regex,
+            ]
+            .into_iter()
+            .flatten()
+            .map(Spanned::span)
+            .next()
+        })
+        .or_else(|| r.path_extension.as_ref().map(Spanned::span))
+        .or_else(|| r.method.as_ref().map(Spanned::span))
+        .or_else(|| r.header.as_ref().map(Spanned::span))
+        .unwrap_or(0..0)
 }
 
 /// The request conditions a content-switching rule or a cache policy may write.

@@ -27,6 +27,8 @@
 //! | `[virtual_server.tls]` | TLS termination of an `https` virtual server ([`VsTlsSection`]) |
 //! | `[virtual_server.compression]` | HTTP compression with CPU bypass ([`CompressionSection`]) |
 //! | `[[virtual_server.rule]]` | a content-switching rule ([`AdcRuleSection`]) |
+//! | `[virtual_server.redirect]` | a redirect the proxy answers itself, of a virtual server or a rule ([`RedirectSection`]) |
+//! | `[virtual_server.respond]` | a fixed response the proxy answers itself ([`RespondSection`]) |
 //! | `[[tcp_profile]]` | TCP settings for virtual servers and server groups ([`TcpProfileSection`]); repeatable |
 //! | `[[certificate]]` | a certificate chain and key for TLS ([`CertificateSection`]); repeatable |
 //! | `[cache]` | the ADC's integrated HTTP cache ([`CacheSection`]) |
@@ -59,8 +61,9 @@ pub use cache::{CachePolicySection, CacheSection, ContentGroupSection};
 mod tcp;
 pub use adc::{
     CertificateSection, CompressionSection, GroupTlsSection, HeaderMatchSection,
-    HeaderRulesSection, MonitorSection, PersistenceSection, RuleSection as AdcRuleSection,
-    RuntimeSection, ServerGroupSection, ServerSection, VirtualServerSection, VsTlsSection,
+    HeaderRulesSection, MonitorSection, PersistenceSection, RedirectSection, RespondSection,
+    RuleSection as AdcRuleSection, RuntimeSection, ServerGroupSection, ServerSection,
+    VirtualServerSection, VsTlsSection,
 };
 pub use tcp::TcpProfileSection;
 

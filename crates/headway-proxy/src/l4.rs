@@ -48,7 +48,11 @@ const SPLICE_AFTER: u64 = 64 * 1024;
 /// Serves one accepted client connection of a `tcp` virtual server.
 pub async fn serve_connection(slot: Arc<Slot>, client: TcpStream, peer: SocketAddr) {
     let vs = slot.vs.load_full();
-    let group = vs.router.default_target().clone();
+    let Some(group) = vs.router.default_target().group().cloned() else {
+        // The config gives every tcp virtual server a group; nothing else can serve bytes.
+        tracing::error!(virtual_server = %vs.config.name, "a tcp virtual server without a group");
+        return;
+    };
     let cfg = &group.config;
     let counters = vs.shared.counters.clone();
     counters.requests.inc();

@@ -43,6 +43,7 @@ use crate::cache::{Cache, Purge, PurgeError, PurgeReport};
 use crate::client_socket::ClientSocket;
 use crate::group::{Group, GroupState, ServerState};
 use crate::http::access_log::{LogError, Logger};
+use crate::http::answer::Target;
 use crate::http::route::Router;
 use crate::http::{Slot, VsRuntime, VsShared};
 use crate::stats::{AdcSnapshot, GroupSnapshot, VirtualServerSnapshot};
@@ -304,11 +305,11 @@ impl Proxy {
                         name: v.config.name.clone(),
                         kind: v.config.kind.as_str().into(),
                         listen: v.config.listen.to_string(),
-                        group: v.config.group.clone(),
+                        group: v.router.default_target().describe(),
                         rules: v
                             .router
                             .rules()
-                            .map(|(r, g)| (r.name.clone(), g.config.name.clone()))
+                            .map(|(r, t)| (r.name.clone(), t.describe()))
                             .collect(),
                         connections: c.connections.get(),
                         active_connections: c.active_connections.get(),
@@ -591,9 +592,9 @@ impl Proxy {
             let router = Router::new(
                 v.rules
                     .iter()
-                    .map(|r| (r.clone(), find(&r.group)))
+                    .map(|r| (r.clone(), Target::new(&r.action, find)))
                     .collect(),
-                find(&v.group),
+                Target::new(&v.action, find),
             );
             let vs_cache = cache
                 .as_ref()

@@ -42,6 +42,10 @@ mod segments;
 #[path = "adc/upgrade.rs"]
 mod upgrade;
 
+/// Redirects and fixed responses the proxy answers itself.
+#[path = "adc/local_answers.rs"]
+mod local_answers;
+
 /// Reading one HTTP/1 answer off a client connection.
 #[path = "common/answer.rs"]
 mod answer;

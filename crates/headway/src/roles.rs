@@ -137,14 +137,14 @@ fn adc_summary(a: &headway_config::AdcConfig) -> String {
     );
     for v in &a.virtual_servers {
         s.push_str(&format!(
-            "\n    virtual server {} ({}) on {} -> group {}{}{}",
+            "\n    virtual server {} ({}) on {} -> {}{}{}",
             v.name,
             v.kind.as_str(),
             v.listen,
-            v.group,
+            action(&v.action),
             v.rules
                 .iter()
-                .map(|r| format!(", rule {} -> {}", r.name, r.group))
+                .map(|r| format!(", rule {} -> {}", r.name, action(&r.action)))
                 .collect::<String>(),
             v.tls
                 .as_ref()
@@ -457,5 +457,13 @@ impl LinkControl for EmulatedLinks {
             h.set_params(Direction::BtoA, p);
         }
         Ok(())
+    }
+}
+
+/// `group NAME`, or what the proxy answers itself (`redirect 301 https://{host}{uri}`).
+fn action(a: &headway_config::adc::Action) -> String {
+    match a.group() {
+        Some(g) => format!("group {g}"),
+        None => a.to_string(),
     }
 }

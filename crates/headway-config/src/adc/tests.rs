@@ -51,10 +51,10 @@ fn the_sharepoint_example_parses_as_the_seed_configures_it() {
     }
     let vs = &adc.virtual_servers[0];
     assert_eq!(vs.kind, VirtualServerKind::Http);
-    assert_eq!(vs.group, "sharepoint_80");
+    assert_eq!(vs.action, Action::Group("sharepoint_80".into()));
     assert_eq!(vs.client_idle_timeout, Duration::from_secs(180));
     assert_eq!(vs.rules.len(), 1);
-    assert_eq!(vs.rules[0].group, "sharepoint_8080");
+    assert_eq!(vs.rules[0].action.group(), Some("sharepoint_8080"));
     assert_eq!(
         vs.rules[0].conditions,
         vec![Condition::PathContains("/_layouts/MySite.aspx".into())]

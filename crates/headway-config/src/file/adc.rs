@@ -177,8 +177,19 @@ pub struct VirtualServerSection {
     pub kind: Spanned<String>,
     /// The TCP socket address to listen on (`"0.0.0.0:80"`). Required.
     pub listen: Spanned<String>,
-    /// The default server group (for requests no rule matches). Required.
-    pub group: Spanned<String>,
+    /// The default server group (for requests no rule matches). Required, except on an `http`
+    /// or `https` virtual server that answers every request no rule matches itself, with
+    /// `redirect` or `respond` instead.
+    pub group: Option<Spanned<String>>,
+    /// HTTP: answer requests no rule matches with a redirect instead of sending them to a
+    /// group (`redirect = { location = "https://{host}{uri}", status = 301 }`, the usual port
+    /// 80 of a site served over HTTPS). See `[virtual_server.redirect]`. Not with `group` or
+    /// `respond`.
+    pub redirect: Option<Spanned<RedirectSection>>,
+    /// HTTP: answer requests no rule matches with a fixed response instead of sending them to a
+    /// group (`respond = { status = 503, body = "down for maintenance" }`). See
+    /// `[virtual_server.respond]`. Not with `group` or `redirect`.
+    pub respond: Option<Spanned<RespondSection>>,
     /// Close a client connection idle for this long (between requests, or without bytes in
     /// either direction for `tcp`) (`"180s"`). Default: `"180s"`.
     pub client_idle_timeout: Option<Spanned<DurationValue>>,
@@ -399,15 +410,23 @@ pub struct HeaderRulesSection {
     pub add: BTreeMap<String, Spanned<String>>,
 }
 
-/// `[[virtual_server.rule]]`: requests matching every condition given go to `group`. At least
-/// one condition is required.
+/// `[[virtual_server.rule]]`: requests matching every condition given go to `group`, or are
+/// answered by the proxy itself with `redirect` or `respond` (exactly one of the three). At
+/// least one condition is required.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuleSection {
     /// The rule's name in metrics and logs. Default: `rule-N` (N counts from 1 in file order).
     pub name: Option<Spanned<String>>,
-    /// The server group matching requests go to. Required.
-    pub group: Spanned<String>,
+    /// The server group matching requests go to. Required unless `redirect` or `respond` is
+    /// given.
+    pub group: Option<Spanned<String>>,
+    /// Answer matching requests with a redirect (`[virtual_server.redirect]`): `redirect = {
+    /// location = "https://{host}{uri}", status = 301 }`.
+    pub redirect: Option<Spanned<RedirectSection>>,
+    /// Answer matching requests with a fixed response (`[virtual_server.respond]`): `respond =
+    /// { status = 403, body = "forbidden" }`.
+    pub respond: Option<Spanned<RespondSection>>,
     /// Host (port ignored, case-insensitive): `"www.example.com"` or `"*.example.com"`.
     pub host: Option<Spanned<String>>,
     /// The path (before `?`) equals this.
@@ -438,4 +457,38 @@ pub struct HeaderMatchSection {
     pub value: Option<Spanned<String>>,
     /// The value matches this regular expression. Not together with `value`.
     pub regex: Option<Spanned<String>>,
+}
+
+/// `[virtual_server.redirect]` (also a rule's `redirect`): the proxy answers with a redirect
+/// itself; no server is asked. `location` is a template: `{scheme}` (`http` or `https`, the
+/// virtual server's), `{host}` (the request's `Host` or `:authority`, lower case, without its
+/// port), `{path}` (the path as received), `{query}` (`?` and the query as received, or nothing
+/// when there is none) and `{uri}` (`{path}{query}`); every other character is copied. A
+/// request whose host is needed but missing, or holds other characters than letters, digits,
+/// `.`, `-`, `:`, `[` and `]`, gets 400.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedirectSection {
+    /// Where to: an absolute `http://` or `https://` URL, or a path starting with `/`, with the
+    /// placeholders above (`"https://{host}{uri}"`, `"https://www.example.com{uri}"`,
+    /// `"/maintenance.html"`). Required.
+    pub location: Spanned<String>,
+    /// The status: 301 (moved permanently), 302 (found), 303 (see other), 307 (temporary) or
+    /// 308 (permanent; 307 and 308 keep the method and body). Browsers cache 301 and 308.
+    /// Default: 302.
+    pub status: Option<Spanned<u16>>,
+}
+
+/// `[virtual_server.respond]` (also a rule's `respond`): the proxy answers with a fixed
+/// response itself (a maintenance page, a refusal, a health answer); no server is asked.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RespondSection {
+    /// The status, 200–599. Required.
+    pub status: Spanned<u16>,
+    /// The body, up to 64 KiB; not with 204 or 304. Default: the status's reason phrase and a
+    /// newline (`"Service Unavailable\n"`), or nothing for 204 and 304.
+    pub body: Option<Spanned<String>>,
+    /// The body's `Content-Type`. Default: `"text/plain; charset=utf-8"`.
+    pub content_type: Option<Spanned<String>>,
 }

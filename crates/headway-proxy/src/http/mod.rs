@@ -32,6 +32,7 @@
 //! both ways without being buffered whole.
 
 pub mod access_log;
+pub mod answer;
 pub mod body;
 pub mod codec;
 pub mod compress;
@@ -67,6 +68,7 @@ use crate::group::{Affinity, Group, Lease, Unavailable};
 use crate::limits::ClientLimits;
 use crate::stats::VirtualServerCounters;
 use access_log::{Entry, Logger};
+use answer::Target;
 use body::{Exchange, LogLine, ReqBody, RespBody};
 use framing::{FramingChecker, Guarded, Verdict};
 use headers::{Forwarding, Rules};
@@ -89,7 +91,7 @@ pub struct VsRuntime {
     /// The configuration.
     pub config: VirtualServer,
     /// Rules and groups.
-    pub router: Router<Arc<Group>>,
+    pub router: Router<Target>,
     /// Lasting state.
     pub shared: Arc<VsShared>,
     /// The access log, if any.
@@ -109,7 +111,7 @@ impl VsRuntime {
     /// Assembles a virtual server.
     pub fn new(
         config: VirtualServer,
-        router: Router<Arc<Group>>,
+        router: Router<Target>,
         shared: Arc<VsShared>,
         log: Option<Arc<Logger>>,
     ) -> Self {
@@ -1065,8 +1067,19 @@ async fn phases(
         ));
     }
     // 2 route
-    let (group, _rule) = vs.router.route(&parts);
-    let group = group.clone();
+    let group = match vs.router.route(&parts).0 {
+        Target::Group(group) => group.clone(),
+        Target::Answer(answer) => {
+            let https = vs.config.kind == headway_config::adc::VirtualServerKind::Https;
+            return local_end(match answer.respond(&parts, https) {
+                Ok(r) => r,
+                Err(why) => {
+                    vs.shared.counters.bad_requests.inc();
+                    local(StatusCode::BAD_REQUEST, why, false)
+                }
+            });
+        }
+    };
     if let Some((_, e)) = log.as_deref_mut() {
         e.group = group.config.name.clone();
     }

@@ -115,7 +115,7 @@ mod tests {
     fn rule(name: &str, conditions: Vec<Condition>) -> Rule {
         Rule {
             name: name.into(),
-            group: String::new(),
+            action: headway_config::adc::Action::Group(String::new()),
             conditions,
         }
     }

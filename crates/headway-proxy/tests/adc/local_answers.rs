@@ -1,0 +1,175 @@
+//! Requests the proxy answers itself: a virtual server or a rule with `redirect` or `respond`,
+//! over HTTP/1.1 (own loop and hyper's path), HTTP/2 and a reload into maintenance and back.
+
+use super::*;
+
+/// An `http` virtual server whose default is `action` (no group).
+fn answering_vs(action: &str, extra: &str) -> String {
+    format!(
+        "[[virtual_server]]\nname = \"front\"\nkind = \"http\"\nlisten = \"127.0.0.1:0\"\n\
+         {action}\n{extra}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_80_virtual_server_redirects_every_request_to_https() {
+    let text = answering_vs(
+        "redirect = { location = \"https://{host}{uri}\", status = 301 }",
+        "",
+    );
+    let (p, addr) = proxy(&text).await;
+    let c = client();
+    let r = send(
+        &c,
+        "GET",
+        addr,
+        "/a/b?x=1&y=2",
+        &[("host", "WWW.Example.com:80")],
+        b"",
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 301);
+    assert_eq!(r.headers["location"], "https://www.example.com/a/b?x=1&y=2");
+    assert!(r.body.is_empty());
+    // On one keep-alive connection: a bodiless GET (the own loop), a HEAD, a POST whose body
+    // nobody reads (hyper's path) and a GET after it; then a request without a host.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        b"GET /one HTTP/1.1\r\nHost: a.example\r\n\r\n\
+          HEAD /two HTTP/1.1\r\nHost: a.example\r\n\r\n\
+          POST /three?q HTTP/1.1\r\nHost: a.example\r\nContent-Length: 5\r\n\r\nhello\
+          GET /four HTTP/1.1\r\nHost: [2001:db8::1]:8080\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut pending = Vec::new();
+    let mut locations = Vec::new();
+    for head_only in [false, true, false, false] {
+        let (head, body) = one_answer(&mut s, &mut pending, head_only).await;
+        assert!(body.is_empty(), "{head}");
+        let l = head.lines().find_map(|l| l.strip_prefix("location: "));
+        locations.push((head[9..12].to_string(), l.unwrap_or("").to_string()));
+    }
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).await.unwrap();
+    assert!(pending.is_empty() && rest.is_empty(), "{rest:?}");
+    let want = [
+        "https://a.example/one",
+        "https://a.example/two",
+        "https://a.example/three?q",
+        "https://[2001:db8::1]/four",
+    ];
+    assert_eq!(locations, want.map(|l| ("301".to_string(), l.to_string())));
+    let out = raw(addr, b"GET / HTTP/1.0\r\n\r\n").await;
+    assert!(out.starts_with("HTTP/1.0 400"), "{out}");
+    assert!(out.contains("needs the request's Host header"), "{out}");
+    let out = raw(
+        addr,
+        b"GET / HTTP/1.1\r\nHost: evil.example/x?\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 400"), "{out}");
+    // HTTP/2 with prior knowledge: the host is the :authority.
+    let h2: HttpClient = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    let r = get(&h2, addr, "/h2?z").await;
+    assert_eq!(r.status, 301);
+    assert_eq!(r.headers["location"], format!("https://127.0.0.1/h2?z"));
+    let s = p.snapshot();
+    let v = &s.virtual_servers[0];
+    assert_eq!(v.group, "redirect 301 https://{host}{uri}");
+    assert_eq!((v.responses[2], v.responses[3]), (6, 2));
+    assert!(s.groups.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_answer_beside_rules_that_reach_servers() {
+    let o = Origin::start("o", Duration::ZERO).await;
+    let text = format!(
+        "{}{}",
+        group("g", "", &[(o.addr, "")]),
+        vs(
+            "g",
+            "[[virtual_server.rule]]\nname = \"moved\"\npath_prefix = \"/old/\"\n\
+             redirect = { location = \"/new{query}\", status = 308 }\n\
+             [[virtual_server.rule]]\nname = \"admin\"\npath_prefix = \"/admin\"\n\
+             respond = { status = 403, body = \"no admin here\\n\" }\n\
+             [[virtual_server.rule]]\nname = \"ping\"\npath = \"/ping\"\n\
+             respond = { status = 200, body = \"{\\\"ok\\\":true}\", content_type = \"application/json\" }\n",
+        ),
+    );
+    let (p, addr) = proxy(&text).await;
+    let c = client();
+    let r = send(&c, "POST", addr, "/old/x?k=v", &[], b"data")
+        .await
+        .unwrap();
+    assert_eq!((r.status, r.origin()), (308, String::new()));
+    assert_eq!(r.headers["location"], "/new?k=v");
+    let r = get(&c, addr, "/admin/users").await;
+    assert_eq!(
+        (r.status, r.text(), r.origin()),
+        (403, "no admin here\n".into(), String::new())
+    );
+    assert_eq!(r.headers["content-type"], "text/plain; charset=utf-8");
+    let r = get(&c, addr, "/ping").await;
+    assert_eq!((r.status, r.text()), (200, "{\"ok\":true}".into()));
+    assert_eq!(r.headers["content-type"], "application/json");
+    // Everything else reaches the server.
+    let r = get(&c, addr, "/healthz").await;
+    assert_eq!((r.status, r.origin()), (200, "o".into()));
+    let s = p.snapshot();
+    assert_eq!(
+        s.virtual_servers[0].rules,
+        [
+            ("moved".to_string(), "redirect 308 /new{query}".to_string()),
+            ("admin".to_string(), "respond 403".to_string()),
+            ("ping".to_string(), "respond 200".to_string()),
+        ]
+    );
+    assert_eq!(s.groups[0].servers[0].requests, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_puts_a_site_into_maintenance_and_back() {
+    let o = Origin::start("o", Duration::ZERO).await;
+    let serving = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", ""));
+    let (p, addr) = proxy(&serving).await;
+    let c = client();
+    assert_eq!(get(&c, addr, "/healthz").await.origin(), "o");
+    // A keep-alive connection opened before the reload.
+    let mut held = TcpStream::connect(addr).await.unwrap();
+    held.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut pending = Vec::new();
+    let (a, _) = one_answer(&mut held, &mut pending, false).await;
+    assert!(a.starts_with("http/1.1 200"), "{a}");
+    let maintenance = serving.replace(
+        "group = \"g\"\n\n",
+        "respond = { status = 503, body = \"<h1>Back soon</h1>\", content_type = \"text/html\" }\n",
+    );
+    assert_ne!(maintenance, serving);
+    p.replace(Config::parse(&maintenance, "t.toml").unwrap().adc)
+        .await
+        .expect("maintenance applies");
+    let r = get(&c, addr, "/healthz").await;
+    assert_eq!((r.status, r.text()), (503, "<h1>Back soon</h1>".into()));
+    assert_eq!(r.headers["content-type"], "text/html");
+    held.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (a, body) = one_answer(&mut held, &mut pending, false).await;
+    assert!(a.starts_with("http/1.1 503"), "{a}");
+    assert_eq!(body, b"<h1>Back soon</h1>");
+    p.replace(Config::parse(&serving, "t.toml").unwrap().adc)
+        .await
+        .expect("serving again applies");
+    held.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (a, _) = one_answer(&mut held, &mut pending, false).await;
+    assert!(a.starts_with("http/1.1 200"), "{a}");
+    assert_eq!(get(&c, addr, "/healthz").await.origin(), "o");
+}
