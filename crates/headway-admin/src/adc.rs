@@ -8,7 +8,7 @@
 //!
 //! | metric | labels |
 //! |---|---|
-//! | `adc_requests_total`, `adc_connections_total`, `adc_refused_connections_total`, `adc_rate_limited_total`, `adc_bad_requests_total`, `adc_upgrades_total` | `virtual_server` |
+//! | `adc_requests_total`, `adc_connections_total`, `adc_refused_connections_total`, `adc_bad_proxy_headers_total`, `adc_rate_limited_total`, `adc_bad_requests_total`, `adc_upgrades_total` | `virtual_server` |
 //! | `adc_responses_total` | `virtual_server`, `class` = `1xx` … `5xx` |
 //! | `adc_bytes_total` | `virtual_server`, `direction` = `in` / `out` |
 //! | `adc_active_connections`, `adc_tunnels` (upgraded connections open: WebSockets) | `virtual_server` |
@@ -129,7 +129,7 @@ impl Collector for AdcCollector {
             l
         };
         type Field = fn(&VirtualServerSnapshot) -> u64;
-        let vs_counters: [(&str, &str, Field); 6] = [
+        let vs_counters: [(&str, &str, Field); 7] = [
             (
                 "adc_requests",
                 "HTTP requests (tcp: connections proxied)",
@@ -142,6 +142,11 @@ impl Collector for AdcCollector {
                 "adc_refused_connections",
                 "Client connections refused by a per-client limit",
                 |v| v.refused_connections,
+            ),
+            (
+                "adc_bad_proxy_headers",
+                "Client connections closed for a missing or broken PROXY protocol header",
+                |v| v.bad_proxy_headers,
             ),
             (
                 "adc_rate_limited",
@@ -766,6 +771,14 @@ pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
             v.name, v.upgrades, v.tunnels
         )?;
     }
+    // Connections closed for a missing or broken PROXY header (`accept_proxy_protocol`).
+    for v in s.virtual_servers.iter().filter(|v| v.bad_proxy_headers > 0) {
+        writeln!(
+            out,
+            "{} closed for a bad PROXY header: {}",
+            v.name, v.bad_proxy_headers
+        )?;
+    }
     // TLS handshakes of the https virtual servers, one line each (too wide for the table).
     for v in &s.virtual_servers {
         let Some(t) = &v.tls else { continue };
@@ -939,6 +952,7 @@ mod tests {
                 requests: 10,
                 responses: [0, 9, 0, 0, 1],
                 upgrades: 5,
+                bad_proxy_headers: 4,
                 tunnels: 2,
                 latency: HistogramSnapshot {
                     counts: vec![0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
@@ -1045,6 +1059,7 @@ mod tests {
             "headway_adc_config_generation 3.0",
             "headway_adc_reloads_failed_total 1",
             "headway_adc_upgrades_total{virtual_server=\"web\"} 5",
+            "headway_adc_bad_proxy_headers_total{virtual_server=\"web\"} 4",
             "headway_adc_tunnels{virtual_server=\"web\"} 2.0",
             "headway_adc_tls_handshakes_total{virtual_server=\"web\",kind=\"resumed\"} 6",
             "headway_adc_tls_handshake_failures_total{virtual_server=\"web\",reason=\"version\"} 3",
@@ -1100,6 +1115,10 @@ mod tests {
         assert!(text.contains("90%"), "{text}");
         assert!(text.contains("group g (least-connection)"), "{text}");
         assert!(text.contains("web upgrades: 5 (2 open)"), "{text}");
+        assert!(
+            text.contains("web closed for a bad PROXY header: 4"),
+            "{text}"
+        );
         assert!(
             text.contains(
                 "tls: 10 handshakes (6 resumed), TLS 1.3 9, 1.2 1, h2 2, 3 failed (version 3)"

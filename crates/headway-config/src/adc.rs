@@ -180,6 +180,18 @@ pub struct ServerGroup {
     pub tcp_profile: Option<crate::tcp::TcpProfile>,
     /// TLS to the servers; `None` = cleartext.
     pub tls: Option<GroupTls>,
+    /// The PROXY protocol header written at the start of each server connection; `None` =
+    /// none.
+    pub send_proxy_protocol: Option<ProxyProtocol>,
+}
+
+/// A PROXY protocol version (HAProxy's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyProtocol {
+    /// Text: `PROXY TCP4 client server cport sport\r\n`.
+    V1,
+    /// Binary.
+    V2,
 }
 
 /// Session persistence of a group.
@@ -262,6 +274,8 @@ pub struct VirtualServer {
     pub max_connections_per_client: u32,
     /// Connections (tcp) or requests (http) per second per client address; 0 = unlimited.
     pub rate_per_client: u32,
+    /// Every client connection starts with a PROXY protocol header naming the client.
+    pub accept_proxy_protocol: bool,
     /// Accept HTTP/2 with prior knowledge.
     pub http2: bool,
     /// Pass protocol upgrades (WebSocket) through to servers (HTTP).
@@ -859,6 +873,22 @@ fn group(
         None => None,
         Some(t) => Some(crate::tls::group_tls(t, &name, certificates, origin)?),
     };
+    let send_proxy_protocol = match &g.send_proxy_protocol {
+        None => None,
+        Some(v) => match v.get_ref().as_str() {
+            "v1" => Some(ProxyProtocol::V1),
+            "v2" => Some(ProxyProtocol::V2),
+            other => {
+                return Err(invalid(
+                    origin.locate(Some(v.span())),
+                    format!(
+                        "group `{name}`: unknown send_proxy_protocol `{other}`: use \"v1\" \
+                         (text) or \"v2\" (binary), whichever the servers accept"
+                    ),
+                ))
+            }
+        },
+    };
     Ok(ServerGroup {
         name,
         method,
@@ -901,6 +931,7 @@ fn group(
         persistence,
         tcp_profile: None,
         tls,
+        send_proxy_protocol,
     })
 }
 
@@ -1308,6 +1339,7 @@ fn virtual_server(
             "rate_per_client",
             origin,
         )?,
+        accept_proxy_protocol: v.accept_proxy_protocol.unwrap_or(false),
         http2: v.http2.unwrap_or(true),
         upgrades: v.upgrades.unwrap_or(true),
         tunnel_idle_timeout: positive(

@@ -22,12 +22,33 @@
 //! registering them (`accept4(SOCK_NONBLOCK | SOCK_CLOEXEC)`).
 
 use std::io::{self, IoSlice, Write as _};
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
+
+/// Who a client connection comes from, and where it went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    /// The client: the socket's remote address, or the one its PROXY header names.
+    pub addr: SocketAddr,
+    /// The address the client connected to, when it is known: named by a PROXY header, or
+    /// looked up at accept for a virtual server that sends PROXY headers to servers.
+    pub destination: Option<SocketAddr>,
+}
+
+impl Peer {
+    /// A client at `addr` whose destination is not asked for.
+    pub fn at(addr: SocketAddr) -> Peer {
+        Peer {
+            addr,
+            destination: None,
+        }
+    }
+}
 
 /// An accepted client connection, registered with the reactor only when it has to wait (see
 /// the module docs). Reads, writes and shutdown behave as [`TcpStream`]'s.
@@ -149,6 +170,24 @@ impl ClientSocket {
         if let Err(e) = r {
             tracing::debug!(error = %e, "TCP_QUICKACK refused");
         }
+    }
+
+    /// The socket's local address: where the client connected to.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        match &self.state {
+            State::Direct(s) => s.local_addr(),
+            State::Registered(s) => s.local_addr(),
+            State::Failed => Err(closed()),
+        }
+    }
+
+    /// Copies the bytes waiting to be read into `buf` without taking them (`MSG_PEEK`),
+    /// waiting for some if there are none; 0 at the end of the stream.
+    pub async fn peek(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(r) = self.direct(|s| s.peek(buf)) {
+            return r;
+        }
+        self.register()?.peek(buf).await
     }
 
     /// Writes as much of `buf` as the send buffer takes now, without waiting (an error, such

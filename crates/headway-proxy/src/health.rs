@@ -8,7 +8,9 @@
 //! ([`ServerState::record_check`]). The first check runs at once, the next after `interval`.
 //! In a group with TLS to its servers, an HTTP check is made over TLS, verified as requests
 //! are (a server whose certificate does not verify is down); a TCP check stays a TCP connect.
-//! Transitions are logged at `warn` (down) and `info` (up).
+//! In a group that sends PROXY headers to its servers, every check starts with one that names
+//! no client (v1 `UNKNOWN`, v2 `LOCAL`: the check's own connection), as such servers expect a
+//! header on every connection. Transitions are logged at `warn` (down) and `info` (up).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,13 +36,14 @@ pub fn spawn(
     server: String,
     state: Arc<ServerState>,
     tls: Option<Arc<Connector>>,
+    proxy: Option<crate::proxy_protocol::Version>,
     mut stop: watch::Receiver<()>,
 ) {
     tokio::spawn(async move {
         loop {
             let result = tokio::time::timeout(
                 monitor.timeout,
-                check(&monitor.kind, state.address, tls.as_deref()),
+                check(&monitor.kind, state.address, tls.as_deref(), proxy),
             )
             .await;
             let outcome = match result {
@@ -74,10 +77,18 @@ async fn check(
     kind: &MonitorKind,
     addr: SocketAddr,
     tls: Option<&Connector>,
+    proxy: Option<crate::proxy_protocol::Version>,
 ) -> Result<(), String> {
-    let stream = TcpStream::connect(addr)
+    let mut stream = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
+    if let Some(version) = proxy {
+        use tokio::io::AsyncWriteExt as _;
+        stream
+            .write_all(&crate::proxy_protocol::encode_local(version))
+            .await
+            .map_err(|e| format!("PROXY header: {e}"))?;
+    }
     match (kind, tls) {
         (MonitorKind::Http(h), None) => http_check(h, addr, stream).await,
         (MonitorKind::Http(h), Some(tls)) => {

@@ -23,15 +23,15 @@
 //! their segment: one segment fewer towards the other side, whose acknowledgement then also
 //! rides on its own FIN.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
 use headway_core::SystemClock;
-use tokio::io::Interest;
+use tokio::io::{AsyncWriteExt as _, Interest};
 use tokio::net::TcpStream;
 
+use crate::client_socket::Peer;
 use crate::group::{Affinity, Lease};
 use crate::http::Slot;
 use crate::stats::Counter;
@@ -46,7 +46,8 @@ const COPY_BUF: usize = 16 * 1024;
 const SPLICE_AFTER: u64 = 64 * 1024;
 
 /// Serves one accepted client connection of a `tcp` virtual server.
-pub async fn serve_connection(slot: Arc<Slot>, client: TcpStream, peer: SocketAddr) {
+pub async fn serve_connection(slot: Arc<Slot>, client: TcpStream, from: Peer) {
+    let peer = from.addr;
     let vs = slot.vs.load_full();
     let Some(group) = vs.router.default_target().group().cloned() else {
         // The config gives every tcp virtual server a group; nothing else can serve bytes.
@@ -78,8 +79,23 @@ pub async fn serve_connection(slot: Arc<Slot>, client: TcpStream, peer: SocketAd
         let addr = lease.server.address;
         let connect = crate::tcp_profile::connect(addr, cfg.tcp_profile.as_ref());
         match tokio::time::timeout(cfg.connect_timeout, connect).await {
-            Ok(Ok(s)) => {
+            Ok(Ok(mut s)) => {
                 lease.server.counters.connections_opened.inc();
+                if let Some(version) = cfg.send_proxy_protocol {
+                    // The header goes first, alone: the server reads it before any byte of
+                    // the client's.
+                    let destination = from
+                        .destination
+                        .or_else(|| client.local_addr().ok())
+                        .unwrap_or(addr);
+                    let header = crate::proxy_protocol::encode(version, peer, destination);
+                    if let Err(e) = s.write_all(&header).await {
+                        lease.server.counters.connect_failures.inc();
+                        lease.server.counters.retries.inc();
+                        tracing::debug!(server = %addr, error = %e, "the PROXY header could not be sent");
+                        continue;
+                    }
+                }
                 connected = Some((s, lease));
                 break;
             }

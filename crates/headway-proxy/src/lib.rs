@@ -52,6 +52,7 @@ pub mod http;
 pub mod l4;
 pub mod limits;
 pub mod listen;
+pub mod proxy_protocol;
 pub mod runtime;
 pub mod stats;
 pub mod tcp_profile;

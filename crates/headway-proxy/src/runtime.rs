@@ -40,7 +40,7 @@ use parking_lot::Mutex;
 use tokio::sync::{watch, Notify};
 
 use crate::cache::{Cache, Purge, PurgeError, PurgeReport};
-use crate::client_socket::ClientSocket;
+use crate::client_socket::{ClientSocket, Peer};
 use crate::group::{Group, GroupState, ServerState};
 use crate::http::access_log::{LogError, Logger};
 use crate::http::answer::Target;
@@ -314,6 +314,7 @@ impl Proxy {
                         connections: c.connections.get(),
                         active_connections: c.active_connections.get(),
                         refused_connections: c.refused_connections.get(),
+                        bad_proxy_headers: c.bad_proxy_headers.get(),
                         requests: c.requests.get(),
                         responses: c.responses.snapshot(),
                         rate_limited: c.rate_limited.get(),
@@ -618,6 +619,7 @@ impl Proxy {
                     member.name.clone(),
                     member.state.clone(),
                     connectors.get(g.config.name.as_str()).cloned(),
+                    g.config.send_proxy_protocol,
                     stop.clone(),
                 );
             }
@@ -740,6 +742,42 @@ fn log_tcp_report(r: &crate::tcp_profile::Report) {
     }
 }
 
+/// The task of one accepted connection of a virtual server of `kind`.
+///
+/// Each kind's connection future is boxed before it is spawned. The state machine of the
+/// largest kind (an https connection: handshake, then HTTP/1 or HTTP/2 over TLS) is kilobytes,
+/// and tokio moves a task's future by value when it is spawned and when it completes; a box is
+/// copied once, and the task holds a pointer.
+fn serve_accepted(
+    kind: VirtualServerKind,
+    slot: Arc<Slot>,
+    stream: ClientSocket,
+    peer: Peer,
+    drain: watch::Receiver<bool>,
+    tls: Option<Arc<Terminator>>,
+) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    match kind {
+        VirtualServerKind::Tcp => Box::pin(async move {
+            match stream.into_tokio() {
+                Ok(s) => crate::l4::serve_connection(slot, s, peer).await,
+                Err(e) => tracing::warn!(error = %e, "cannot register a client connection"),
+            }
+        }),
+        // A client that sends nothing is closed after the header timeout rather than the idle
+        // timeout (slow clients, see `crate::listen`): a cleartext HTTP connection reads its
+        // first bytes within it, an https one its handshake. The TLS handshake runs in the
+        // connection's task, never in the accept loop.
+        VirtualServerKind::Https => match tls {
+            Some(t) => Box::pin(async move { t.serve(slot, stream, peer, drain).await }),
+            None => {
+                tracing::error!("an https listener without its TLS termination");
+                Box::pin(std::future::ready(()))
+            }
+        },
+        _ => Box::pin(crate::http::serve_connection(slot, stream, peer, drain)),
+    }
+}
+
 /// Accepts until the listener drains; each connection runs in a task of its own.
 async fn accept_loop(
     listener: Listening,
@@ -770,13 +808,24 @@ async fn accept_loop(
         let counters = vs.shared.counters.clone();
         counters.connections.inc();
         let kind = vs.config.kind;
-        let Some(guard) = vs
-            .shared
-            .limits
-            .admit_connection(peer.ip(), kind == VirtualServerKind::Tcp)
-        else {
-            counters.refused_connections.inc();
-            continue;
+        // A PROXY header names the client: the per-client limits wait for it.
+        let expect_header = vs
+            .config
+            .accept_proxy_protocol
+            .then_some(vs.config.request_header_timeout);
+        let guard = match expect_header {
+            Some(_) => None,
+            None => match vs
+                .shared
+                .limits
+                .admit_connection(peer.ip(), kind == VirtualServerKind::Tcp)
+            {
+                Some(g) => Some(g),
+                None => {
+                    counters.refused_connections.inc();
+                    continue;
+                }
+            },
         };
         let stream = ClientSocket::new(stream);
         crate::tcp_profile::apply_accepted(
@@ -784,6 +833,15 @@ async fn accept_loop(
             vs.config.tcp_profile.as_ref(),
             bound_profile.as_ref(),
         );
+        // Where the client connected to, for the PROXY headers sent to servers.
+        let destination = vs
+            .sends_proxy_protocol()
+            .then(|| stream.local_addr().ok())
+            .flatten();
+        let peer = Peer {
+            addr: peer,
+            destination,
+        };
         drop(vs);
         counters.active_connections.inc();
         tracker.live.fetch_add(1, Ordering::SeqCst);
@@ -793,29 +851,36 @@ async fn accept_loop(
         let tls = (kind == VirtualServerKind::Https)
             .then(|| tls.load_full())
             .flatten();
-        // Each kind's connection future is boxed before it is spawned. The state machine of
-        // the largest kind (an https connection: handshake, then HTTP/1 or HTTP/2 over TLS)
-        // is kilobytes, and tokio moves a task's future by value when it is spawned and when
-        // it completes; a box is copied once, and the task holds a pointer.
-        let serve: Pin<Box<dyn Future<Output = ()> + Send>> = match kind {
-            VirtualServerKind::Tcp => Box::pin(async move {
-                match stream.into_tokio() {
-                    Ok(s) => crate::l4::serve_connection(slot, s, peer).await,
-                    Err(e) => tracing::warn!(error = %e, "cannot register a client connection"),
-                }
-            }),
-            // A client that sends nothing is closed after the header timeout rather than the
-            // idle timeout (slow clients, see `crate::listen`): a cleartext HTTP connection
-            // reads its first bytes within it, an https one its handshake. The TLS handshake
-            // runs in the connection's task, never in the accept loop.
-            VirtualServerKind::Https => match tls {
-                Some(t) => Box::pin(async move { t.serve(slot, stream, peer, drain).await }),
-                None => {
-                    tracing::error!("an https listener without its TLS termination");
-                    Box::pin(std::future::ready(()))
-                }
-            },
-            _ => Box::pin(crate::http::serve_connection(slot, stream, peer, drain)),
+        let serve = match expect_header {
+            None => serve_accepted(kind, slot, stream, peer, drain, tls),
+            Some(limit) => {
+                let counters = counters.clone();
+                Box::pin(async move {
+                    let mut stream = stream;
+                    let peer = match crate::proxy_protocol::read_header(&mut stream, limit).await {
+                        Ok(named) => Peer {
+                            addr: named.map_or(peer.addr, |(client, _)| client),
+                            destination: named.map(|(_, d)| d).or(peer.destination),
+                        },
+                        Err(e) => {
+                            counters.bad_proxy_headers.inc();
+                            tracing::debug!(client = %peer.addr, error = %e, "closing a connection without a PROXY header");
+                            return;
+                        }
+                    };
+                    let admitted = slot
+                        .vs
+                        .load()
+                        .shared
+                        .limits
+                        .admit_connection(peer.addr.ip(), kind == VirtualServerKind::Tcp);
+                    let Some(_guard) = admitted else {
+                        counters.refused_connections.inc();
+                        return;
+                    };
+                    serve_accepted(kind, slot, stream, peer, drain, tls).await;
+                }) as Pin<Box<dyn Future<Output = ()> + Send>>
+            }
         };
         tokio::spawn(async move {
             serve.await;

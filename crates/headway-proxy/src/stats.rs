@@ -236,6 +236,9 @@ pub struct VirtualServerCounters {
     pub active_connections: Gauge,
     /// Connections refused by a per-client limit.
     pub refused_connections: Counter,
+    /// Connections closed because they did not start with a PROXY protocol header
+    /// (`accept_proxy_protocol`).
+    pub bad_proxy_headers: Counter,
     /// HTTP requests received (tcp: connections proxied).
     pub requests: Counter,
     /// Responses sent, by status class (HTTP only).
@@ -345,6 +348,9 @@ pub struct VirtualServerSnapshot {
     pub active_connections: u64,
     /// Connections refused by a per-client limit.
     pub refused_connections: u64,
+    /// Connections closed for a missing or broken PROXY protocol header.
+    #[serde(default)]
+    pub bad_proxy_headers: u64,
     /// Requests (tcp: connections proxied).
     pub requests: u64,
     /// Responses by class `[1xx, 2xx, 3xx, 4xx, 5xx]`.

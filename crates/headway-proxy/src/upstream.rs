@@ -20,6 +20,11 @@
 //! ([`Pool::set_tls`]): new connections then make a verified TLS handshake after the TCP
 //! connect, both within the connect timeout, and [`Conn::stream`] is TLS.
 //!
+//! A group with `send_proxy_protocol` starts each new connection with a PROXY header naming
+//! the client connection it was opened for ([`ProxyHeader`]), before any TLS; such a
+//! connection is reused only for that same client connection's later requests ([`Conn`]
+//! remembers whom it names), never for another client's.
+//!
 //! Cancel safety: [`Pool::checkout`] may be dropped at any await point; a connection it had
 //! taken is then closed, never returned half-used.
 
@@ -76,6 +81,19 @@ pub struct Conn {
     /// Scratch space for parsing response heads (`http::codec::parse_response_head`).
     pub names: crate::http::codec::FieldSpans,
     since: Instant,
+    /// The client its PROXY header named, if it began with one.
+    proxied: Option<SocketAddr>,
+}
+
+/// The PROXY header a new server connection starts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyHeader {
+    /// Its version.
+    pub version: crate::proxy_protocol::Version,
+    /// The client.
+    pub client: SocketAddr,
+    /// Where the client connected to.
+    pub destination: SocketAddr,
 }
 
 /// The idle connections of one server: a list per worker (see [`crate::workers`]) and one for
@@ -151,16 +169,27 @@ impl Pool {
         }
     }
 
-    /// A connection to `addr`: a pooled one if any is alive, else a new one.
+    /// A connection to `addr`: a pooled one if any is alive, else a new one. With `proxy`, only
+    /// a connection whose PROXY header named the same client is reused, and a new one starts
+    /// with the header.
     pub async fn checkout(
         &self,
         addr: SocketAddr,
         connect_timeout: Duration,
         counters: &ServerCounters,
+        proxy: Option<ProxyHeader>,
     ) -> Result<Conn, ConnectError> {
         let timeout = Duration::from_millis(self.idle_timeout_ms.load(Relaxed));
+        let wanted = proxy.map(|p| p.client);
         loop {
-            let popped = self.list().lock().pop();
+            let popped = {
+                let mut idle = self.list().lock();
+                // The newest connection with the same header (or none): the last one, unless
+                // the group's servers get PROXY headers.
+                idle.iter()
+                    .rposition(|c| c.proxied == wanted)
+                    .map(|i| idle.remove(i))
+            };
             let Some(mut c) = popped else { break };
             let idle_for = SystemClock::now().saturating_duration_since(c.since);
             if idle_for > timeout || !c.stream.alive() {
@@ -173,22 +202,32 @@ impl Pool {
         // Boxed: the connect and handshake futures were most of this future's size (1.5 KB),
         // which every request's exchange carried and copied, while a pooled connection, the
         // common case, needs neither.
-        Box::pin(self.connect(addr, connect_timeout, counters)).await
+        Box::pin(self.connect(addr, connect_timeout, counters, proxy)).await
     }
 
-    /// A new connection to `addr` (TLS if the pool's servers speak it).
+    /// A new connection to `addr` (TLS if the pool's servers speak it), starting with `proxy`'s
+    /// header.
     async fn connect(
         &self,
         addr: SocketAddr,
         connect_timeout: Duration,
         counters: &ServerCounters,
+        proxy: Option<ProxyHeader>,
     ) -> Result<Conn, ConnectError> {
-        let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
+        let mut stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await
+        {
             Ok(Ok(s)) => s,
             Ok(Err(source)) => return Err(ConnectError::Io { addr, source }),
             Err(_) => return Err(ConnectError::Timeout(addr)),
         };
         let _ = stream.set_nodelay(true);
+        if let Some(p) = proxy {
+            use tokio::io::AsyncWriteExt as _;
+            let header = crate::proxy_protocol::encode(p.version, p.client, p.destination);
+            if let Err(source) = stream.write_all(&header).await {
+                return Err(ConnectError::Io { addr, source });
+            }
+        }
         let stream = match self.tls.load_full() {
             None => ServerStream::Plain(stream),
             Some(tls) => {
@@ -206,6 +245,7 @@ impl Pool {
             reused: false,
             names: Vec::new(),
             since: SystemClock::now(),
+            proxied: proxy.map(|p| p.client),
         })
     }
 
@@ -235,7 +275,7 @@ mod tests {
         let counters = ServerCounters::default();
         let pool = Pool::new(4, Duration::from_secs(60), 1);
         let c = pool
-            .checkout(addr, Duration::from_secs(1), &counters)
+            .checkout(addr, Duration::from_secs(1), &counters, None)
             .await
             .unwrap();
         let (mut server_side, _) = l.accept().await.unwrap();
@@ -255,7 +295,9 @@ mod tests {
         .unwrap();
         pool.list().lock().push(idle);
         let c2 = tokio::spawn(async move {
-            let c = pool.checkout(addr, Duration::from_secs(1), &counters).await;
+            let c = pool
+                .checkout(addr, Duration::from_secs(1), &counters, None)
+                .await;
             (c.map(|c| c.reused), counters.connections_opened.get())
         });
         let _ = l.accept().await.unwrap();
@@ -280,7 +322,7 @@ mod tests {
             let (pool, counters) = (pool.clone(), counters.clone());
             rt.block_on(workers.spawn(w, async move {
                 let c = pool
-                    .checkout(addr, Duration::from_secs(1), &counters)
+                    .checkout(addr, Duration::from_secs(1), &counters, None)
                     .await
                     .unwrap();
                 let reused = c.reused;

@@ -46,6 +46,10 @@ mod upgrade;
 #[path = "adc/local_answers.rs"]
 mod local_answers;
 
+/// PROXY protocol headers from a balancer in front and to servers.
+#[path = "adc/proxy_protocol.rs"]
+mod proxy_protocol;
+
 /// Reading one HTTP/1 answer off a client connection.
 #[path = "common/answer.rs"]
 mod answer;

@@ -798,3 +798,49 @@ async fn websockets_over_tls_reach_the_server() {
     until(&p, "no tunnel", |s| s.virtual_servers[0].tunnels == 0).await;
     assert_eq!(p.snapshot().virtual_servers[0].upgrades, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_protocol_header_comes_before_the_handshake() {
+    use headway_proxy::proxy_protocol::{encode, Version};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let pki = Pki::new();
+    let (_plain, _, text) = front(&pki, "").await;
+    let text = text.replace(
+        "request_header_timeout = \"5s\"\n",
+        "request_header_timeout = \"5s\"\naccept_proxy_protocol = true\n",
+    );
+    let (p, addr) = start(&pki, &text).await;
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let client: std::net::SocketAddr = "203.0.113.9:5555".parse().unwrap();
+    tcp.write_all(&encode(Version::V2, client, addr))
+        .await
+        .unwrap();
+    let mut tls = tls_client(&pki, tcp, "a.example").await;
+    tls.write_all(b"GET /echo HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    tls.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out);
+    let body = text.split_once("\r\n\r\n").unwrap().1;
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(v["headers"]["x-forwarded-for"][0], "203.0.113.9");
+    assert_eq!(v["headers"]["x-forwarded-proto"][0], "https");
+    // A TLS client that sends no header is closed before its handshake is answered.
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("a.example").unwrap();
+    let refused = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg))
+        .connect(name, tcp)
+        .await;
+    assert!(refused.is_err());
+    until(&p, "one bad header counted", |s| {
+        s.virtual_servers[0].bad_proxy_headers == 1
+    })
+    .await;
+}

@@ -79,11 +79,43 @@ fn defaults_of_a_minimal_http_virtual_server() {
     assert_eq!(g.servers[0].state, AdminState::Enabled);
     let v = &c.adc.virtual_servers[0];
     assert!(v.http2 && v.x_forwarded_for && v.x_forwarded_proto && !v.forwarded);
-    assert!(v.upgrades);
+    assert!(v.upgrades && !v.accept_proxy_protocol);
+    assert_eq!(g.send_proxy_protocol, None);
     assert_eq!(v.tunnel_idle_timeout, Duration::from_secs(3600));
     assert_eq!((v.max_header_bytes, v.max_headers), (32 * 1024, 100));
     assert!(v.rules.is_empty() && v.access_log.is_none());
     assert_eq!(c.runtime, RuntimeConfig::default());
+}
+
+#[test]
+fn proxy_protocol_is_taken_from_clients_and_sent_to_servers() {
+    let text = format!(
+        "{}{}",
+        GROUP.replace(
+            "name = \"web\"\n",
+            "name = \"web\"\nsend_proxy_protocol = \"v2\"\n"
+        ),
+        VS.replace(
+            "kind = \"http\"",
+            "kind = \"tcp\"\naccept_proxy_protocol = true"
+        )
+    );
+    let c = parse(&text);
+    assert_eq!(c.adc.groups[0].send_proxy_protocol, Some(ProxyProtocol::V2));
+    assert!(c.adc.virtual_servers[0].accept_proxy_protocol);
+    let text = GROUP.replace(
+        "name = \"web\"\n",
+        "name = \"web\"\nsend_proxy_protocol = \"2\"\n",
+    );
+    assert_err(
+        &text,
+        3,
+        23,
+        &[
+            "unknown send_proxy_protocol `2`",
+            "use \"v1\" (text) or \"v2\"",
+        ],
+    );
 }
 
 #[test]

@@ -102,6 +102,15 @@ pub struct ServerGroupSection {
     /// TCP settings of the connections to the servers: a `[[tcp_profile]]` or a built-in
     /// preset (`"aol-svc-std"`). Default: none (TCP_NODELAY on, the rest Linux's defaults).
     pub tcp_profile: Option<Spanned<String>>,
+    /// Start every connection to the servers with a PROXY protocol header (HAProxy's) naming
+    /// the client and the address it connected to: `"v1"` (text) or `"v2"` (binary). For
+    /// servers that need the client's address below HTTP: a `tcp` virtual server's servers
+    /// (mail, databases, another proxy listening with `accept-proxy`). Behind an `http` or
+    /// `https` virtual server a server connection then carries one client connection's header,
+    /// so it is reused only for that client connection's later requests. The group's monitor
+    /// starts its checks with a header too (v1 `UNKNOWN`, v2 `LOCAL`: a check of the server
+    /// itself). Default: none.
+    pub send_proxy_protocol: Option<Spanned<String>>,
     /// Session persistence (`[server_group.persistence]`). Default: none.
     pub persistence: Option<Spanned<PersistenceSection>>,
     /// Connect to the servers over TLS, verifying their certificates (`[server_group.tls]`).
@@ -213,6 +222,14 @@ pub struct VirtualServerSection {
     /// 1 to 1000000. Linux caps it at `net.core.somaxconn` (Headway warns when it does); with
     /// SYN cookies on, a SYN flood cannot fill it. Default: 4096.
     pub backlog: Option<Spanned<u32>>,
+    /// Every client connection starts with a PROXY protocol header (HAProxy's, version 1 or 2,
+    /// either is taken) from a load balancer in front, naming the client: its address is then
+    /// the client's address everywhere (X-Forwarded-For, per-client limits, source-IP
+    /// persistence, the access log, a PROXY header sent on to servers). A connection whose first
+    /// bytes are not a whole header within `request_header_timeout` (10 s on `tcp`) is closed
+    /// and counted. Only for listeners that nothing but such balancers can reach: whoever
+    /// connects can claim any address. Default: false.
+    pub accept_proxy_protocol: Option<bool>,
     /// HTTP: accept HTTP/2 beside HTTP/1.1 — with prior knowledge on `http`, offered by ALPN
     /// (`h2`, then `http/1.1`) on `https`. Default: true.
     pub http2: Option<bool>,

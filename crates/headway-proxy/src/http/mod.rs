@@ -62,7 +62,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::sync::watch;
 
 use crate::cache::{Cache, Fetch, Lookup, Reply};
-use crate::client_socket::ClientSocket;
+use crate::client_socket::{ClientSocket, Peer};
 use crate::gate::Gated;
 use crate::group::{Affinity, Group, Lease, Unavailable};
 use crate::limits::ClientLimits;
@@ -101,6 +101,8 @@ pub struct VsRuntime {
     compression: Option<compress::Policy>,
     /// The integrated cache, when this virtual server uses it.
     cache: Option<Arc<Cache>>,
+    /// Whether a group it sends requests to writes PROXY headers to its servers.
+    sends_proxy_protocol: bool,
     /// hyper's HTTP/1 and HTTP/2 server settings, built once (a builder per connection
     /// allocated its timer anew each time).
     http1: hyper::server::conn::http1::Builder,
@@ -140,9 +142,14 @@ impl VsRuntime {
             .timer(TokioTimer::new())
             .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX))
             .max_concurrent_streams(256);
+        let sends_proxy_protocol = std::iter::once(router.default_target())
+            .chain(router.rules().map(|(_, t)| t))
+            .filter_map(Target::group)
+            .any(|g| g.config.send_proxy_protocol.is_some());
         VsRuntime {
             http1,
             http2,
+            sends_proxy_protocol,
             request_rules: Rules::new(&config.request_headers),
             response_rules: Rules::new(&config.response_headers),
             compression: config
@@ -166,6 +173,12 @@ impl VsRuntime {
 }
 
 impl VsRuntime {
+    /// Whether a group it sends requests (or tcp connections) to writes PROXY headers to its
+    /// servers: then the address each client connected to is looked up at accept.
+    pub fn sends_proxy_protocol(&self) -> bool {
+        self.sends_proxy_protocol
+    }
+
     /// Compression counters and bypass state; `None` when the virtual server does not compress.
     pub fn compression_snapshot(&self) -> Option<compress::CompressionSnapshot> {
         self.compression.as_ref().map(compress::Policy::snapshot)
@@ -543,6 +556,8 @@ impl<S: Stream> tokio::io::AsyncWrite for ClientIo<S> {
 /// One client connection's context, shared by its requests.
 struct Conn {
     peer: SocketAddr,
+    /// Where the client connected to, when known (see [`Peer::destination`]).
+    destination: Option<SocketAddr>,
     /// The client's address as the forwarding headers write it (made once per connection).
     client: headers::Client,
     slot: Arc<Slot>,
@@ -558,13 +573,14 @@ struct Conn {
 impl Conn {
     /// A connection's context with no request seen yet.
     fn new(
-        peer: SocketAddr,
+        peer: Peer,
         client: headers::Client,
         slot: Arc<Slot>,
         activity: Arc<ConnActivity>,
     ) -> Self {
         Conn {
-            peer,
+            peer: peer.addr,
+            destination: peer.destination,
             client,
             slot,
             verdict: Arc::default(),
@@ -583,7 +599,7 @@ impl Conn {
 pub async fn serve_connection(
     slot: Arc<Slot>,
     mut stream: ClientSocket,
-    peer: SocketAddr,
+    peer: Peer,
     drain: watch::Receiver<bool>,
 ) {
     // TCP_NODELAY (or Nagle, if the virtual server's TCP profile asks for it) was set when the
@@ -593,7 +609,7 @@ pub async fn serve_connection(
         (vs.config.http2, vs.config.request_header_timeout)
     };
     let Some((first, h2)) = first_bytes(&mut stream, limit).await else {
-        tracing::debug!(client = %peer, "closing a connection that sent nothing");
+        tracing::debug!(client = %peer.addr, "closing a connection that sent nothing");
         return;
     };
     serve_stream(
@@ -616,7 +632,7 @@ pub async fn serve_connection(
 pub async fn serve_stream<S: Stream>(
     slot: Arc<Slot>,
     stream: S,
-    peer: SocketAddr,
+    peer: Peer,
     drain: watch::Receiver<bool>,
     h2: bool,
     activity: Arc<ConnActivity>,
@@ -626,7 +642,7 @@ pub async fn serve_stream<S: Stream>(
     let (idle, header) = (cfg.client_idle_timeout, cfg.request_header_timeout);
     let conn = Conn::new(
         peer,
-        headers::Client::new(peer.ip()),
+        headers::Client::new(peer.addr.ip()),
         slot.clone(),
         activity.clone(),
     );
@@ -653,7 +669,7 @@ pub async fn serve_stream<S: Stream>(
     // server connection and its slot are not leaked.
     let _unhook = Unhook(&activity);
     // Boxed: this function's own state stays small.
-    Box::pin(drive(c, peer, drain, &activity, idle, header)).await;
+    Box::pin(drive(c, peer.addr, drain, &activity, idle, header)).await;
     // A request that was upgraded (a WebSocket) ended the HTTP part; its tunnel runs here,
     // counted as the connection it is.
     let tunnel = activity.tunnel.lock().take();
@@ -750,8 +766,12 @@ impl<S: Stream> Served for H1Conn<S> {
                         // The requests before were the own loop's; hyper's are numbered
                         // from 1 again, as its framing check numbers them.
                         let c = &me.conn;
+                        let peer = Peer {
+                            addr: c.peer,
+                            destination: c.destination,
+                        };
                         let conn =
-                            Conn::new(c.peer, c.client.clone(), c.slot.clone(), c.activity.clone());
+                            Conn::new(peer, c.client.clone(), c.slot.clone(), c.activity.clone());
                         let vs = c.slot.vs.load();
                         let mut h = hyper_conn(&vs, rewind::Rewind::new(rest, io), conn, false);
                         if me.graceful.load(Relaxed) {
@@ -1419,6 +1439,14 @@ async fn upstream(
         StatusCode::SERVICE_UNAVAILABLE,
         "no server could be reached",
     );
+    // The PROXY header of the group's new server connections: this client connection's.
+    let proxy = cfg
+        .send_proxy_protocol
+        .map(|version| crate::upstream::ProxyHeader {
+            version,
+            client: conn.peer,
+            destination: conn.destination.unwrap_or(vs.config.listen),
+        });
     let mut tried = 0u64;
     for attempt in 0..=cfg.retries {
         let lease = match group
@@ -1449,7 +1477,7 @@ async fn upstream(
         let server = lease.server.clone();
         tried |= 1u64.checked_shl(lease.index as u32).unwrap_or(0);
         let outcome = Box::pin(exchange(
-            &server,
+            (&server, proxy),
             cfg,
             &head,
             &mut body,
@@ -1481,9 +1509,13 @@ async fn upstream(
     Flow::Respond(local(last.0, last.1, false))
 }
 
-/// One attempt on one server: connection, request, response head.
+/// One attempt on one server (its new connections starting with `proxy`'s PROXY header):
+/// connection, request, response head.
 async fn exchange(
-    server: &crate::group::ServerState,
+    (server, proxy): (
+        &crate::group::ServerState,
+        Option<crate::upstream::ProxyHeader>,
+    ),
     cfg: &headway_config::adc::ServerGroup,
     head: &[u8],
     body: &mut Option<ReqBody>,
@@ -1494,7 +1526,7 @@ async fn exchange(
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let mut c = match server
         .pool
-        .checkout(server.address, cfg.connect_timeout, &server.counters)
+        .checkout(server.address, cfg.connect_timeout, &server.counters, proxy)
         .await
     {
         Ok(c) => c,

@@ -344,7 +344,7 @@ impl Terminator {
         &self,
         slot: Arc<Slot>,
         stream: ClientSocket,
-        peer: SocketAddr,
+        peer: crate::client_socket::Peer,
         drain: watch::Receiver<bool>,
     ) {
         // TCP_NODELAY (or the virtual server's TCP profile) was set when it was accepted.
@@ -358,14 +358,14 @@ impl Terminator {
             Ok(Err((e, mut io))) => {
                 let why = Failure::of(&e);
                 self.counters.failures[why as usize].inc();
-                tracing::debug!(client = %peer, reason = why.as_str(), error = %e, "TLS handshake failed");
+                tracing::debug!(client = %peer.addr, reason = why.as_str(), error = %e, "TLS handshake failed");
                 // The alert telling the client why, if it was held back.
                 let _ = tokio::time::timeout(ALERT_TIMEOUT, io.drain()).await;
                 return;
             }
             Err(_) => {
                 self.counters.failures[Failure::Timeout as usize].inc();
-                tracing::debug!(client = %peer, "TLS handshake timed out");
+                tracing::debug!(client = %peer.addr, "TLS handshake timed out");
                 return;
             }
         };
