@@ -15,7 +15,7 @@
 //! | `adc_request_duration_seconds` (histogram) | `virtual_server` |
 //! | `adc_group_requests_total`, `adc_group_queued_total`, `adc_group_queue_rejected_total`, `adc_group_no_server_total`, `adc_group_persistence_failovers_total` | `group` |
 //! | `adc_group_waiting` | `group` |
-//! | `adc_server_requests_total`, `adc_server_connect_failures_total`, `adc_server_failures_total`, `adc_server_retries_total`, `adc_server_connections_opened_total`, `adc_server_reused_total` | `group`, `server` |
+//! | `adc_server_requests_total`, `adc_server_connect_failures_total`, `adc_server_failures_total`, `adc_server_retries_total`, `adc_server_ejections_total`, `adc_server_connections_opened_total`, `adc_server_reused_total` | `group`, `server` |
 //! | `adc_server_responses_total` | `group`, `server`, `class` |
 //! | `adc_server_active`, `adc_server_up` (1/0), `adc_server_enabled` (1 enabled, 0.5 draining, 0 disabled), `adc_server_reuse_ratio`, `adc_server_idle_connections` | `group`, `server` |
 //! | `adc_server_response_seconds` (histogram, time to response header) | `group`, `server` |
@@ -271,7 +271,7 @@ impl Collector for AdcCollector {
             })
             .collect();
         type SField = fn(&ServerSnapshot) -> u64;
-        let server_counters: [(&str, &str, SField); 6] = [
+        let server_counters: [(&str, &str, SField); 7] = [
             ("adc_server_requests", "Requests sent to a server", |v| {
                 v.requests
             }),
@@ -289,6 +289,11 @@ impl Collector for AdcCollector {
                 "adc_server_retries",
                 "Requests tried again on another server",
                 |v| v.retries,
+            ),
+            (
+                "adc_server_ejections",
+                "Times passive health took the server out (max_fails failed requests in a row)",
+                |v| v.ejections,
             ),
             (
                 "adc_server_connections_opened",
@@ -839,7 +844,11 @@ pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
                 sv.address.clone(),
                 sv.weight.to_string(),
                 sv.admin_state.clone(),
-                sv.health.clone(),
+                if sv.passive_out {
+                    format!("{} (out: failing)", sv.health)
+                } else {
+                    sv.health.clone()
+                },
                 sv.active.to_string(),
                 sv.requests.to_string(),
                 sv.responses[4].to_string(),
@@ -993,6 +1002,8 @@ mod tests {
                     requests: 10,
                     reused: 9,
                     reuse_ratio: 0.9,
+                    ejections: 2,
+                    passive_out: true,
                     ..ServerSnapshot::default()
                 }],
                 ..GroupSnapshot::default()
@@ -1060,6 +1071,7 @@ mod tests {
             "headway_adc_reloads_failed_total 1",
             "headway_adc_upgrades_total{virtual_server=\"web\"} 5",
             "headway_adc_bad_proxy_headers_total{virtual_server=\"web\"} 4",
+            "headway_adc_server_ejections_total{group=\"g\",server=\"s1\"} 2",
             "headway_adc_tunnels{virtual_server=\"web\"} 2.0",
             "headway_adc_tls_handshakes_total{virtual_server=\"web\",kind=\"resumed\"} 6",
             "headway_adc_tls_handshake_failures_total{virtual_server=\"web\",reason=\"version\"} 3",
@@ -1119,6 +1131,7 @@ mod tests {
             text.contains("web closed for a bad PROXY header: 4"),
             "{text}"
         );
+        assert!(text.contains("up (out: failing)"), "{text}");
         assert!(
             text.contains(
                 "tls: 10 handshakes (6 resumed), TLS 1.3 9, 1.2 1, h2 2, 3 failed (version 3)"

@@ -183,6 +183,8 @@ pub struct ServerGroup {
     /// The PROXY protocol header written at the start of each server connection; `None` =
     /// none.
     pub send_proxy_protocol: Option<ProxyProtocol>,
+    /// Passive health: failed requests in a row that take a server out, and for how long.
+    pub passive: headway_lb::health::Passive,
 }
 
 /// A PROXY protocol version (HAProxy's).
@@ -932,6 +934,15 @@ fn group(
         tcp_profile: None,
         tls,
         send_proxy_protocol,
+        passive: headway_lb::health::Passive {
+            max_fails: ranged_or(&g.max_fails, 3, 0, 1000, "max_fails", origin)?,
+            fail_timeout: positive(
+                &g.fail_timeout,
+                Duration::from_secs(10),
+                "fail_timeout",
+                origin,
+            )?,
+        },
     })
 }
 

@@ -14,13 +14,15 @@
 //! dropped, which also wakes the next queued request.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use headway_config::adc::{Persistence, ServerGroup};
 use headway_core::SystemClock;
-use headway_lb::health::{AdminState, Eligibility, Health, HealthState};
+use headway_lb::health::{
+    AdminState, Eligibility, Health, HealthState, Passive, PassiveEvent, PassiveState,
+};
 use headway_lb::persist::{CookieCodec, CookieSpec, CookieTable, SourceTable};
 use headway_lb::select::{Candidate, Key, Selector};
 use parking_lot::Mutex;
@@ -48,6 +50,11 @@ pub struct ServerState {
     /// The administrative state the config file last gave, to tell on reload whether the file
     /// changed it (then the file wins) or not (then a state set through the API stays).
     file_state: Mutex<AdminState>,
+    /// Passive health, from the outcomes of requests.
+    passive: Mutex<PassiveState>,
+    /// Whether `passive` holds anything (failures, out, probation): a success of a server
+    /// with a clear record, the usual case, takes no lock.
+    passive_set: AtomicBool,
 }
 
 impl ServerState {
@@ -62,6 +69,8 @@ impl ServerState {
             health: Mutex::new(None),
             ewma_us: AtomicU64::new(0),
             file_state: Mutex::new(state),
+            passive: Mutex::default(),
+            passive_set: AtomicBool::new(false),
         }
     }
 
@@ -122,6 +131,30 @@ impl ServerState {
         Some(to)
     }
 
+    /// Records a request's outcome for passive health (`p`: the group's settings): the change,
+    /// if any. Taking the server out counts an ejection and closes its idle connections.
+    pub fn record_outcome(&self, ok: bool, p: &Passive) -> Option<PassiveEvent> {
+        if p.max_fails == 0 || (ok && !self.passive_set.load(Ordering::Relaxed)) {
+            return None;
+        }
+        let mut state = self.passive.lock();
+        let event = state.record(ok, SystemClock::now(), p);
+        self.passive_set.store(!state.is_clear(), Ordering::Relaxed);
+        if let Some(PassiveEvent::Out(_)) = event {
+            self.counters.ejections.inc();
+            self.pool.clear();
+        }
+        event
+    }
+
+    /// Whether passive health has the server out of rotation now.
+    pub fn passively_out(&self) -> bool {
+        if !self.passive_set.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.passive.lock().is_out(SystemClock::now())
+    }
+
     /// Forgets the monitor (the group lost it on reload): the server counts as up.
     pub fn clear_health(&self) {
         *self.health.lock() = None;
@@ -146,6 +179,22 @@ impl ServerState {
     /// Raises the in-flight count if below `max` (0 = no limit).
     fn try_take(&self, max: u32) -> bool {
         self.counters.active.try_inc_below(max)
+    }
+}
+
+/// Records a request's outcome on `server` for passive health, logging a change.
+pub fn passive_outcome(server: &ServerState, cfg: &headway_config::adc::ServerGroup, ok: bool) {
+    match server.record_outcome(ok, &cfg.passive) {
+        Some(PassiveEvent::Out(_)) => tracing::warn!(
+            group = %cfg.name, server = %server.address, max_fails = cfg.passive.max_fails,
+            fail_timeout = ?cfg.passive.fail_timeout,
+            "server taken out of rotation: its last requests failed"
+        ),
+        Some(PassiveEvent::Back) => tracing::info!(
+            group = %cfg.name, server = %server.address,
+            "server back in rotation: a request succeeded"
+        ),
+        None => {}
     }
 }
 
@@ -440,6 +489,7 @@ impl Group {
             let m = &self.members[i];
             if !excluded(a.exclude, i)
                 && m.state.eligibility().takes_persistent()
+                && !m.state.passively_out()
                 && m.state.try_take(m.max_connections)
             {
                 self.state.counters.persisted.inc();
@@ -450,9 +500,13 @@ impl Group {
         let mut any_up = false;
         let mut candidates: SmallVec<[Candidate; 16]> = SmallVec::new();
         let mut skipped: SmallVec<[Candidate; 4]> = SmallVec::new();
-        for backups in [false, true] {
+        // Servers passive health took out only when every other one is out too (or down).
+        for (backups, with_out) in [(false, false), (true, false), (false, true), (true, true)] {
             for (i, m) in self.members.iter().enumerate() {
-                if m.backup != backups || !m.state.eligibility().takes_new() {
+                if m.backup != backups
+                    || !m.state.eligibility().takes_new()
+                    || (!with_out && m.state.passively_out())
+                {
                     continue;
                 }
                 any_up = true;
@@ -472,7 +526,7 @@ impl Group {
                     candidates.push(c);
                 }
             }
-            // Backups only when no primary is up.
+            // Backups only when no primary is up (or in rotation).
             if any_up {
                 break;
             }
@@ -570,6 +624,8 @@ impl Group {
                     latency: c.latency.snapshot(),
                     checks_ok: c.checks_ok.get(),
                     checks_failed: c.checks_failed.get(),
+                    ejections: c.ejections.get(),
+                    passive_out: m.state.passively_out(),
                 }
             })
             .collect()

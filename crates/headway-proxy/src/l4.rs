@@ -81,6 +81,7 @@ pub async fn serve_connection(slot: Arc<Slot>, client: TcpStream, from: Peer) {
         match tokio::time::timeout(cfg.connect_timeout, connect).await {
             Ok(Ok(mut s)) => {
                 lease.server.counters.connections_opened.inc();
+                crate::group::passive_outcome(&lease.server, cfg, true);
                 if let Some(version) = cfg.send_proxy_protocol {
                     // The header goes first, alone: the server reads it before any byte of
                     // the client's.
@@ -102,11 +103,13 @@ pub async fn serve_connection(slot: Arc<Slot>, client: TcpStream, from: Peer) {
             Ok(Err(e)) => {
                 lease.server.counters.connect_failures.inc();
                 lease.server.counters.retries.inc();
+                crate::group::passive_outcome(&lease.server, cfg, false);
                 tracing::debug!(server = %addr, error = %e, "connect failed");
             }
             Err(_) => {
                 lease.server.counters.connect_failures.inc();
                 lease.server.counters.retries.inc();
+                crate::group::passive_outcome(&lease.server, cfg, false);
                 tracing::debug!(server = %addr, "connect timed out");
             }
         }

@@ -308,6 +308,8 @@ pub struct ServerCounters {
     pub checks_ok: Counter,
     /// Health checks that failed.
     pub checks_failed: Counter,
+    /// Times passive health took the server out (`max_fails` failed requests in a row).
+    pub ejections: Counter,
 }
 
 /// Everything the proxy reports: configuration summary, state and counters.
@@ -529,6 +531,12 @@ pub struct ServerSnapshot {
     pub checks_ok: u64,
     /// Health checks failed.
     pub checks_failed: u64,
+    /// Times passive health took it out.
+    #[serde(default)]
+    pub ejections: u64,
+    /// Out of rotation now by passive health (`max_fails`).
+    #[serde(default)]
+    pub passive_out: bool,
 }
 
 #[cfg(test)]

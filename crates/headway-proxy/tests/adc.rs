@@ -50,6 +50,10 @@ mod local_answers;
 #[path = "adc/proxy_protocol.rs"]
 mod proxy_protocol;
 
+/// Passive health: servers taken out after failed requests.
+#[path = "adc/passive_health.rs"]
+mod passive_health;
+
 /// Reading one HTTP/1 answer off a client connection.
 #[path = "common/answer.rs"]
 mod answer;
@@ -685,7 +689,8 @@ async fn idempotent_requests_are_retried_elsewhere_and_posts_are_not() {
         "{}{}",
         group(
             "g",
-            "retries = 1\npool_max_idle = 0",
+            // Passive health off: every request meets the closing server first.
+            "retries = 1\npool_max_idle = 0\nmax_fails = 0",
             &[(bad, "weight = 1000"), (good.addr, "weight = 1")]
         ),
         vs("g", "")

@@ -81,6 +81,13 @@ fn defaults_of_a_minimal_http_virtual_server() {
     assert!(v.http2 && v.x_forwarded_for && v.x_forwarded_proto && !v.forwarded);
     assert!(v.upgrades && !v.accept_proxy_protocol);
     assert_eq!(g.send_proxy_protocol, None);
+    assert_eq!(
+        g.passive,
+        headway_lb::health::Passive {
+            max_fails: 3,
+            fail_timeout: Duration::from_secs(10)
+        }
+    );
     assert_eq!(v.tunnel_idle_timeout, Duration::from_secs(3600));
     assert_eq!((v.max_header_bytes, v.max_headers), (32 * 1024, 100));
     assert!(v.rules.is_empty() && v.access_log.is_none());

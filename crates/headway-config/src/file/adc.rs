@@ -102,6 +102,16 @@ pub struct ServerGroupSection {
     /// TCP settings of the connections to the servers: a `[[tcp_profile]]` or a built-in
     /// preset (`"aol-svc-std"`). Default: none (TCP_NODELAY on, the rest Linux's defaults).
     pub tcp_profile: Option<Spanned<String>>,
+    /// Passive health: this many failed requests in a row to one server (it refused or
+    /// dropped the connection, sent no answer or a broken one, or did not answer within
+    /// `response_timeout`) take it out of rotation for `fail_timeout`, without waiting for a
+    /// monitor; then it is tried again, and one more failure takes it out again. An answer of
+    /// any status is a success. While every server of the group is out, they are all tried
+    /// anyway (a passive verdict never turns a flaky group into a refusal). 0 = off. Default: 3.
+    pub max_fails: Option<Spanned<u32>>,
+    /// How long a server that failed `max_fails` requests in a row stays out (`"10s"`).
+    /// Default: `"10s"`.
+    pub fail_timeout: Option<Spanned<DurationValue>>,
     /// Start every connection to the servers with a PROXY protocol header (HAProxy's) naming
     /// the client and the address it connected to: `"v1"` (text) or `"v2"` (binary). For
     /// servers that need the client's address below HTTP: a `tcp` virtual server's servers

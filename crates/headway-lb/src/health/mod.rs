@@ -11,10 +11,15 @@
 //! [`HttpExpect::check`]) and [`HealthState::record`] it. Per request, the selector's candidates
 //! are the servers whose [`Eligibility::of`] takes new clients; a persisted server is used while
 //! its eligibility [takes persistent clients](Eligibility::takes_persistent).
+//!
+//! Passive health ([`PassiveState`]) works beside the monitors, from the outcomes of real
+//! requests: failures in a row take a server out for a while.
 
 mod expect;
+mod passive;
 
 pub use expect::{CheckFailure, HttpExpect, StatusSet, StatusSetError};
+pub use passive::{Passive, PassiveEvent, PassiveState};
 
 /// What the operator asked of a server (through the config or the admin API).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

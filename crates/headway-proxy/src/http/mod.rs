@@ -1533,6 +1533,7 @@ async fn exchange(
         Err(e) => {
             server.counters.connect_failures.inc();
             server.pool.clear();
+            crate::group::passive_outcome(server, cfg, false);
             tracing::debug!(group = %cfg.name, server = %server.address, error = %e, "connect failed");
             return Err(match e {
                 crate::upstream::ConnectError::Timeout(_) => Attempt::NotSent(
@@ -1546,6 +1547,9 @@ async fn exchange(
             });
         }
     };
+    let reused = c.reused;
+    // A failure that is the server's: counted by passive health. (A reused connection that
+    // closed without an answer raced the server's idle timeout; that is not one.)
     let failed = |why: &str| {
         server.counters.failures.inc();
         // A connection that broke without an answer usually means the server went away:
@@ -1553,6 +1557,12 @@ async fn exchange(
         // could not be retried.
         server.pool.clear();
         tracing::debug!(group = %cfg.name, server = %server.address, reason = why, "request to server failed");
+    };
+    let server_failed = |why: &str| {
+        if !reused {
+            crate::group::passive_outcome(server, cfg, false);
+        }
+        failed(why);
     };
     let sent_at = SystemClock::now();
     let deadline = tokio::time::Instant::from_std(sent_at) + cfg.response_timeout;
@@ -1629,7 +1639,7 @@ async fn exchange(
     let h = match tokio::time::timeout_at(deadline, read).await {
         Ok(Ok(h)) => h,
         Ok(Err((partial, why))) => {
-            failed(&why);
+            server_failed(&why);
             return Err(if partial {
                 Attempt::Fail(
                     StatusCode::BAD_GATEWAY,
@@ -1643,6 +1653,7 @@ async fn exchange(
             });
         }
         Err(_) => {
+            crate::group::passive_outcome(server, cfg, false);
             failed("response timeout");
             return Err(Attempt::Fail(
                 StatusCode::GATEWAY_TIMEOUT,
@@ -1651,6 +1662,7 @@ async fn exchange(
         }
     };
     if h.status == StatusCode::SWITCHING_PROTOCOLS && !upgrade {
+        crate::group::passive_outcome(server, cfg, false);
         failed("101 Switching Protocols to a request that asked for no upgrade");
         return Err(Attempt::Fail(
             StatusCode::BAD_GATEWAY,
@@ -1660,6 +1672,7 @@ async fn exchange(
     let decoder = match codec::response_framing(method, h.status, &h.headers) {
         Ok(f) => codec::Decoder::new(f),
         Err(e) => {
+            crate::group::passive_outcome(server, cfg, false);
             failed(&e.to_string());
             return Err(Attempt::Fail(
                 StatusCode::BAD_GATEWAY,
@@ -1667,6 +1680,7 @@ async fn exchange(
             ));
         }
     };
+    crate::group::passive_outcome(server, cfg, true);
     let rt = SystemClock::now().saturating_duration_since(sent_at);
     server.counters.latency.record(rt);
     server.observe_response_time(rt);

@@ -1,0 +1,123 @@
+//! Passive health (`max_fails`, `fail_timeout`): servers whose requests fail in a row are taken
+//! out of rotation without a monitor, tried again after the timeout, and all tried anyway when
+//! every one is out.
+
+use super::*;
+
+fn server(s: &AdcSnapshot, i: usize) -> headway_proxy::stats::ServerSnapshot {
+    s.groups[0].servers[i].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_server_is_taken_out_after_max_fails_and_tried_again_after_the_timeout() {
+    let mut a = Origin::start("a", Duration::ZERO).await;
+    let b = Origin::start("b", Duration::ZERO).await;
+    let text = format!(
+        "{}{}",
+        group(
+            "g",
+            "max_fails = 3\nfail_timeout = \"400ms\"\nretries = 1",
+            &[(a.addr, ""), (b.addr, "")]
+        ),
+        vs("g", "")
+    );
+    let (p, addr) = proxy(&text).await;
+    let c = client();
+    a.kill();
+    // Every request succeeds (a failed connect is retried on b); after three failed connects
+    // a gets no more requests.
+    for _ in 0..40 {
+        let r = get(&c, addr, "/healthz").await;
+        assert_eq!((r.status, r.origin().as_str()), (200, "b"));
+    }
+    let s = p.snapshot();
+    let sa = server(&s, 0);
+    assert_eq!(sa.connect_failures, 3, "{sa:?}");
+    assert_eq!((sa.ejections, sa.passive_out), (1, true));
+    assert_eq!(sa.health, "up", "no monitor: the health stays as it was");
+    // Still out within its timeout: no request meets it.
+    for _ in 0..10 {
+        assert_eq!(get(&c, addr, "/healthz").await.origin(), "b");
+    }
+    assert_eq!(server(&p.snapshot(), 0).connect_failures, 3);
+    // a comes back; once the timeout has passed, it is tried and back in rotation.
+    let _a = Origin::start_on(a.addr, "a", Duration::ZERO).await;
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let mut seen_a = false;
+    for _ in 0..20 {
+        seen_a |= get(&c, addr, "/healthz").await.origin() == "a";
+    }
+    assert!(seen_a, "a was tried again after fail_timeout");
+    let sa = server(&p.snapshot(), 0);
+    assert!(!sa.passive_out && sa.ejections == 1, "{sa:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stops_answering_is_avoided_instead_of_timing_out_every_request() {
+    // `slow` answers after 2 s, past the response timeout: each request sent there ends in a
+    // 504 after the timeout (not retried: the request was sent). After `max_fails` of them it
+    // gets no more.
+    let slow = Origin::start("slow", Duration::from_secs(2)).await;
+    let fast = Origin::start("fast", Duration::ZERO).await;
+    let text = format!(
+        "{}{}",
+        group(
+            "g",
+            "max_fails = 2\nfail_timeout = \"60s\"\nresponse_timeout = \"150ms\"",
+            &[(slow.addr, ""), (fast.addr, "")]
+        ),
+        vs("g", "")
+    );
+    let (p, addr) = proxy(&text).await;
+    let c = client();
+    let mut timeouts = 0;
+    for _ in 0..30 {
+        let r = get(&c, addr, "/healthz").await;
+        match r.status {
+            200 => assert_eq!(r.origin(), "fast"),
+            504 => timeouts += 1,
+            other => panic!("status {other}"),
+        }
+    }
+    assert_eq!(
+        timeouts, 2,
+        "only max_fails requests met the stalled server"
+    );
+    let s = server(&p.snapshot(), 0);
+    assert!(s.passive_out && s.ejections == 1, "{s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_every_server_is_out_they_are_all_tried_anyway() {
+    let mut only = Origin::start("only", Duration::ZERO).await;
+    let text = format!(
+        "{}{}",
+        group(
+            "g",
+            "max_fails = 1\nfail_timeout = \"60s\"\nretries = 0\npool_max_idle = 0",
+            &[(only.addr, "")]
+        ),
+        vs("g", "")
+    );
+    let (p, addr) = proxy(&text).await;
+    let c = client();
+    assert_eq!(get(&c, addr, "/healthz").await.status, 200);
+    only.kill();
+    for _ in 0..3 {
+        let r = get(&c, addr, "/healthz").await;
+        assert_eq!(r.status, 503);
+        assert!(
+            r.text().contains("no server could be reached"),
+            "{}",
+            r.text()
+        );
+    }
+    // Out since the first failure, yet every request still tried it.
+    let s = server(&p.snapshot(), 0);
+    assert_eq!((s.connect_failures, s.ejections), (3, 1), "{s:?}");
+    // It comes back: served again at once, without waiting for the timeout.
+    let _only = Origin::start_on(only.addr, "only", Duration::ZERO).await;
+    let r = get(&c, addr, "/healthz").await;
+    assert_eq!((r.status, r.origin().as_str()), (200, "only"));
+    assert!(!server(&p.snapshot(), 0).passive_out);
+}
