@@ -185,6 +185,8 @@ pub struct ServerGroup {
     pub send_proxy_protocol: Option<ProxyProtocol>,
     /// Passive health: failed requests in a row that take a server out, and for how long.
     pub passive: headway_lb::health::Passive,
+    /// How long a server coming into rotation takes to reach its full weight; zero = off.
+    pub slow_start: Duration,
 }
 
 /// A PROXY protocol version (HAProxy's).
@@ -943,6 +945,7 @@ fn group(
                 origin,
             )?,
         },
+        slow_start: dur(&g.slow_start, Duration::ZERO),
     })
 }
 

@@ -420,5 +420,7 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+pub mod slow_start;
+
 #[cfg(test)]
 mod tests;

@@ -16,7 +16,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use headway_config::adc::{Persistence, ServerGroup};
 use headway_core::SystemClock;
@@ -24,7 +24,8 @@ use headway_lb::health::{
     AdminState, Eligibility, Health, HealthState, Passive, PassiveEvent, PassiveState,
 };
 use headway_lb::persist::{CookieCodec, CookieSpec, CookieTable, SourceTable};
-use headway_lb::select::{Candidate, Key, Selector};
+use headway_lb::select::slow_start::{ramped_weight, WEIGHT_SCALE};
+use headway_lb::select::{Candidate, Key, Method, Selector};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use tokio::sync::Notify;
@@ -55,6 +56,10 @@ pub struct ServerState {
     /// Whether `passive` holds anything (failures, out, probation): a success of a server
     /// with a clear record, the usual case, takes no lock.
     passive_set: AtomicBool,
+    /// When it last came into rotation, while its group's slow start may still be ramping it.
+    ramp_from: Mutex<Option<Instant>>,
+    /// Whether `ramp_from` is set (checked before taking its lock).
+    ramping: AtomicBool,
 }
 
 impl ServerState {
@@ -71,6 +76,8 @@ impl ServerState {
             file_state: Mutex::new(state),
             passive: Mutex::default(),
             passive_set: AtomicBool::new(false),
+            ramp_from: Mutex::new(None),
+            ramping: AtomicBool::new(false),
         }
     }
 
@@ -83,9 +90,13 @@ impl ServerState {
         }
     }
 
-    /// Sets the administrative state (the admin API). Disabling closes idle connections.
+    /// Sets the administrative state (the admin API). Disabling closes idle connections;
+    /// enabling a server that was not starts its slow start.
     pub fn set_admin(&self, state: AdminState) {
-        self.admin.store(admin_code(state), Ordering::Relaxed);
+        let before = self.admin.swap(admin_code(state), Ordering::Relaxed);
+        if state == AdminState::Enabled && before != admin_code(AdminState::Enabled) {
+            self.start_ramp();
+        }
         if state == AdminState::Disabled {
             self.pool.clear();
         }
@@ -124,6 +135,9 @@ impl ServerState {
         };
         let t = sm.record(ok)?;
         let to = t.to();
+        if to == Health::Up {
+            self.start_ramp();
+        }
         self.up.store(u8::from(to == Health::Up), Ordering::Relaxed);
         if to == Health::Down {
             self.pool.clear();
@@ -140,9 +154,13 @@ impl ServerState {
         let mut state = self.passive.lock();
         let event = state.record(ok, SystemClock::now(), p);
         self.passive_set.store(!state.is_clear(), Ordering::Relaxed);
-        if let Some(PassiveEvent::Out(_)) = event {
-            self.counters.ejections.inc();
-            self.pool.clear();
+        match event {
+            Some(PassiveEvent::Out(_)) => {
+                self.counters.ejections.inc();
+                self.pool.clear();
+            }
+            Some(PassiveEvent::Back) => self.start_ramp(),
+            None => {}
         }
         event
     }
@@ -153,6 +171,28 @@ impl ServerState {
             return false;
         }
         self.passive.lock().is_out(SystemClock::now())
+    }
+
+    /// Notes that the server came into rotation now: its group's slow start ramps it from here.
+    fn start_ramp(&self) {
+        *self.ramp_from.lock() = Some(SystemClock::now());
+        self.ramping.store(true, Ordering::Relaxed);
+    }
+
+    /// The weight (scaled by [`WEIGHT_SCALE`]) the server counts with in a group whose slow
+    /// start lasts `window`: its whole weight unless it came into rotation less than `window`
+    /// ago.
+    fn ramped_weight(&self, weight: u32, window: Duration) -> u32 {
+        if !self.ramping.load(Ordering::Relaxed) {
+            return weight.saturating_mul(WEIGHT_SCALE);
+        }
+        let mut from = self.ramp_from.lock();
+        let elapsed = from.map_or(window, |t| SystemClock::now().saturating_duration_since(t));
+        if elapsed >= window {
+            *from = None;
+            self.ramping.store(false, Ordering::Relaxed);
+        }
+        ramped_weight(weight, elapsed, window)
     }
 
     /// Forgets the monitor (the group lost it on reload): the server counts as up.
@@ -497,6 +537,13 @@ impl Group {
             }
             persisted = Persisted::Moved;
         }
+        // Slow start ramps weights for the methods that do not hash.
+        let slow_start = (!self.config.slow_start.is_zero()
+            && matches!(
+                self.config.method,
+                Method::RoundRobin | Method::LeastConnection | Method::LeastResponseTime
+            ))
+        .then_some(self.config.slow_start);
         let mut any_up = false;
         let mut candidates: SmallVec<[Candidate; 16]> = SmallVec::new();
         let mut skipped: SmallVec<[Candidate; 4]> = SmallVec::new();
@@ -516,7 +563,10 @@ impl Group {
                 }
                 let c = Candidate {
                     id: i as u32,
-                    weight: m.weight,
+                    weight: match slow_start {
+                        Some(window) => m.state.ramped_weight(m.weight, window),
+                        None => m.weight,
+                    },
                     active: u32::try_from(active).unwrap_or(u32::MAX),
                     response_time_us: m.state.ewma_us.load(Ordering::Relaxed),
                 };

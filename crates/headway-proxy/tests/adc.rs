@@ -50,9 +50,9 @@ mod local_answers;
 #[path = "adc/proxy_protocol.rs"]
 mod proxy_protocol;
 
-/// Passive health: servers taken out after failed requests.
-#[path = "adc/passive_health.rs"]
-mod passive_health;
+/// Servers leaving and entering rotation: passive health and slow start.
+#[path = "adc/rotation.rs"]
+mod rotation;
 
 /// Reading one HTTP/1 answer off a client connection.
 #[path = "common/answer.rs"]

@@ -80,7 +80,7 @@ fn defaults_of_a_minimal_http_virtual_server() {
     let v = &c.adc.virtual_servers[0];
     assert!(v.http2 && v.x_forwarded_for && v.x_forwarded_proto && !v.forwarded);
     assert!(v.upgrades && !v.accept_proxy_protocol);
-    assert_eq!(g.send_proxy_protocol, None);
+    assert_eq!((g.send_proxy_protocol, g.slow_start), (None, Duration::ZERO));
     assert_eq!(
         g.passive,
         headway_lb::health::Passive {

@@ -112,6 +112,12 @@ pub struct ServerGroupSection {
     /// How long a server that failed `max_fails` requests in a row stays out (`"10s"`).
     /// Default: `"10s"`.
     pub fail_timeout: Option<Spanned<DurationValue>>,
+    /// Slow start: a server that comes into rotation (up again after its monitor's `rise`, back
+    /// from passive health, enabled again) takes a share of new requests that grows from almost
+    /// none to its full weight over this long (`"30s"`), instead of all of them at once under
+    /// least connection. For `round-robin`, `least-connection` and `least-response-time`; hashing
+    /// methods keep their keys where they are. `"0s"` = off. Default: `"0s"`.
+    pub slow_start: Option<Spanned<DurationValue>>,
     /// Start every connection to the servers with a PROXY protocol header (HAProxy's) naming
     /// the client and the address it connected to: `"v1"` (text) or `"v2"` (binary). For
     /// servers that need the client's address below HTTP: a `tcp` virtual server's servers

@@ -1,6 +1,7 @@
-//! Passive health (`max_fails`, `fail_timeout`): servers whose requests fail in a row are taken
-//! out of rotation without a monitor, tried again after the timeout, and all tried anyway when
-//! every one is out.
+//! Servers leaving and entering rotation. Passive health (`max_fails`, `fail_timeout`): servers
+//! whose requests fail in a row are taken out without a monitor, tried again after the timeout,
+//! and all tried anyway when every one is out. Slow start (`slow_start`): a server coming into
+//! rotation takes a growing share of new requests.
 
 use super::*;
 
@@ -120,4 +121,64 @@ async fn when_every_server_is_out_they_are_all_tried_anyway() {
     let r = get(&c, addr, "/healthz").await;
     assert_eq!((r.status, r.origin().as_str()), (200, "only"));
     assert!(!server(&p.snapshot(), 0).passive_out);
+}
+
+/// Sends `n` requests to `path` at once through `addr`; the `X-Origin` of each answer.
+async fn at_once(c: &HttpClient, addr: SocketAddr, path: &str, n: usize) -> Vec<String> {
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let c = c.clone();
+        let path = path.to_string();
+        tasks.push(tokio::spawn(
+            async move { get(&c, addr, &path).await.origin() },
+        ));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_start_keeps_least_connection_from_flooding_a_returning_server() {
+    // Both answer after 300 ms, so requests pile up as active connections. `b` is enabled
+    // through the API while 20 requests are in flight on `a`; 20 more arrive.
+    for (slow_start, most_to_b) in [("0s", true), ("60s", false)] {
+        let a = Origin::start("a", Duration::from_millis(300)).await;
+        let b = Origin::start("b", Duration::from_millis(300)).await;
+        let text = format!(
+            "{}{}",
+            group(
+                "g",
+                &format!("method = \"least-connection\"\nslow_start = \"{slow_start}\""),
+                &[
+                    (a.addr, "name = \"a\""),
+                    (b.addr, "name = \"b\"\nstate = \"disabled\"")
+                ]
+            ),
+            vs("g", "")
+        );
+        let (p, addr) = proxy(&text).await;
+        let c = client();
+        let first = tokio::spawn({
+            let c = c.clone();
+            async move { at_once(&c, addr, "/healthz", 20).await }
+        });
+        until(&p, "20 in flight on a", |s| {
+            s.groups[0].servers[0].active == 20
+        })
+        .await;
+        p.set_server_state("g", "b", AdminState::Enabled).unwrap();
+        let second = at_once(&c, addr, "/healthz", 20).await;
+        assert!(first.await.unwrap().iter().all(|o| o == "a"));
+        let to_b = second.iter().filter(|o| *o == "b").count();
+        if most_to_b {
+            // Least connection without slow start: the empty server takes every new request
+            // until it has as many as the other.
+            assert!(to_b >= 19, "slow_start {slow_start}: {to_b} of 20 to b");
+        } else {
+            assert!(to_b <= 3, "slow_start {slow_start}: {to_b} of 20 to b");
+        }
+    }
 }
