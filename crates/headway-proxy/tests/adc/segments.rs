@@ -76,8 +76,11 @@ async fn a_tcp_virtual_server_sends_the_servers_last_bytes_with_its_fin() {
     // The SYN-ACK, the acknowledgement of the request (a `tcp` listener keeps quick ACKs:
     // its server may be slow to answer), and the server's answer with the FIN it sent after
     // it — when the FIN was in by the time the proxy read the answer, which is not every
-    // time.
-    let c = counts(addr, 5).await;
+    // time (on a busy machine, seldom): up to 30 exchanges, until one shows it.
+    let mut c = Vec::new();
+    while c.len() < 30 && !c.contains(&3) {
+        c.extend(counts(addr, 1).await);
+    }
     assert!(c.contains(&3), "segments per connection: {c:?}");
 }
 
