@@ -272,6 +272,8 @@ pub struct VirtualServer {
     pub request_header_timeout: Duration,
     /// Largest request header in bytes (HTTP; 1 KiB – 1 MiB).
     pub max_header_bytes: usize,
+    /// Largest request body (HTTP); `None` = no limit.
+    pub max_body_bytes: Option<u64>,
     /// Most request header fields (HTTP; 1–1000).
     pub max_headers: usize,
     /// Connections at once per client address; 0 = unlimited.
@@ -1241,6 +1243,7 @@ fn virtual_server(
             origin,
         )?;
         not_for(&v.max_header_bytes, http_only("max_header_bytes"), origin)?;
+        not_for(&v.max_body_bytes, http_only("max_body_bytes"), origin)?;
         not_for(&v.max_headers, http_only("max_headers"), origin)?;
         not_for(&v.request_headers, http_only("request_headers"), origin)?;
         not_for(&v.response_headers, http_only("response_headers"), origin)?;
@@ -1336,6 +1339,18 @@ fn virtual_server(
             origin,
         )?,
         max_header_bytes,
+        max_body_bytes: match &v.max_body_bytes {
+            None => None,
+            Some(b) if b.get_ref().bytes() > 0 => Some(b.get_ref().bytes()),
+            Some(b) => {
+                return Err(invalid(
+                    origin.locate(Some(b.span())),
+                    "max_body_bytes must be larger than 0: give a size such as \"10MiB\", or \
+                     leave it out for no limit"
+                        .into(),
+                ))
+            }
+        },
         max_headers: ranged_or(&v.max_headers, 100, 1, 1000, "max_headers", origin)? as usize,
         max_connections_per_client: ranged_or(
             &v.max_connections_per_client,

@@ -54,6 +54,10 @@ mod proxy_protocol;
 #[path = "adc/rotation.rs"]
 mod rotation;
 
+/// The request body limit (413).
+#[path = "adc/body_limit.rs"]
+mod body_limit;
+
 /// Reading one HTTP/1 answer off a client connection.
 #[path = "common/answer.rs"]
 mod answer;

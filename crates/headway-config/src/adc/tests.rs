@@ -80,7 +80,10 @@ fn defaults_of_a_minimal_http_virtual_server() {
     let v = &c.adc.virtual_servers[0];
     assert!(v.http2 && v.x_forwarded_for && v.x_forwarded_proto && !v.forwarded);
     assert!(v.upgrades && !v.accept_proxy_protocol);
-    assert_eq!((g.send_proxy_protocol, g.slow_start), (None, Duration::ZERO));
+    assert_eq!(
+        (g.send_proxy_protocol, g.slow_start),
+        (None, Duration::ZERO)
+    );
     assert_eq!(
         g.passive,
         headway_lb::health::Passive {
@@ -92,6 +95,29 @@ fn defaults_of_a_minimal_http_virtual_server() {
     assert_eq!((v.max_header_bytes, v.max_headers), (32 * 1024, 100));
     assert!(v.rules.is_empty() && v.access_log.is_none());
     assert_eq!(c.runtime, RuntimeConfig::default());
+}
+
+#[test]
+fn max_body_bytes_is_a_positive_size_for_http_only() {
+    let c = parse(&format!("{GROUP}{VS}max_body_bytes = \"10MiB\"\n"));
+    assert_eq!(c.adc.virtual_servers[0].max_body_bytes, Some(10 << 20));
+    assert_eq!(
+        parse(&format!("{GROUP}{VS}")).adc.virtual_servers[0].max_body_bytes,
+        None
+    );
+    assert_err(
+        &format!("{GROUP}{VS}max_body_bytes = \"0B\"\n"),
+        10,
+        18,
+        &["max_body_bytes must be larger than 0"],
+    );
+    let tcp = VS.replace("kind = \"http\"", "kind = \"tcp\"");
+    assert_err(
+        &format!("{GROUP}{tcp}max_body_bytes = \"1MiB\"\n"),
+        10,
+        18,
+        &["`max_body_bytes` is for HTTP virtual servers"],
+    );
 }
 
 #[test]

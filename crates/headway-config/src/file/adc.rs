@@ -224,6 +224,12 @@ pub struct VirtualServerSection {
     /// HTTP: the largest request header, in bytes (`"32KiB"`); larger gets 431. Default:
     /// `"32KiB"`.
     pub max_header_bytes: Option<Spanned<ByteSize>>,
+    /// HTTP: the largest request body taken (`"10MiB"`): a request that says in its
+    /// `Content-Length` that its body is larger gets 413 at once, before any server is asked; one
+    /// whose body turns out larger as it streams (chunked, HTTP/2) is cut off at the limit,
+    /// its server connection closed, and answered 413. The client connection closes after a
+    /// 413. Default: none (no limit).
+    pub max_body_bytes: Option<Spanned<ByteSize>>,
     /// HTTP: the most header fields in a request, 1–1000; more gets 431. Default: 100.
     pub max_headers: Option<Spanned<u32>>,
     /// Connections open at once from one client address; 0 = unlimited. Default: 0.

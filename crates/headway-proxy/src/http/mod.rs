@@ -1078,6 +1078,19 @@ async fn phases(
             }
         }
     }
+    // A body its length says is too large is refused before any server is asked (closing:
+    // it is not read).
+    if let Some(max) = vs.config.max_body_bytes {
+        if body.size_hint().lower() > max {
+            vs.shared.counters.bad_requests.inc();
+            conn.activity.linger();
+            return local_end(local(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the request body is larger than this virtual server takes",
+                true,
+            ));
+        }
+    }
     if !vs.shared.limits.admit_request(conn.peer.ip()) {
         vs.shared.counters.rate_limited.inc();
         return local_end(local(
@@ -1481,7 +1494,7 @@ async fn upstream(
             cfg,
             &head,
             &mut body,
-            framing,
+            (framing, vs.config.max_body_bytes),
             (&parts.method, upgrade.is_some()),
             &vs.shared.counters,
         ))
@@ -1499,7 +1512,12 @@ async fn upstream(
             Err(Attempt::NotSent(status, why)) => last = (status, why),
             Err(Attempt::NoResponse(status, why)) if replayable => last = (status, why),
             Err(Attempt::NoResponse(status, why) | Attempt::Fail(status, why)) => {
-                return Flow::Respond(local(status, why, false))
+                // A body cut off at the limit leaves the rest unread: the connection ends.
+                let too_large = status == StatusCode::PAYLOAD_TOO_LARGE;
+                if too_large {
+                    vs.shared.counters.bad_requests.inc();
+                }
+                return Flow::Respond(local(status, why, too_large));
             }
         }
         if retry {
@@ -1519,7 +1537,7 @@ async fn exchange(
     cfg: &headway_config::adc::ServerGroup,
     head: &[u8],
     body: &mut Option<ReqBody>,
-    framing: codec::RequestFraming,
+    (framing, max_body): (codec::RequestFraming, Option<u64>),
     (method, upgrade): (&Method, bool),
     vs_counters: &VirtualServerCounters,
 ) -> Result<(crate::upstream::Conn, codec::ResponseHead, codec::Decoder), Attempt> {
@@ -1585,17 +1603,21 @@ async fn exchange(
                 "the request body was lost",
             ));
         };
-        if let Err(why) = send_body(
+        if let Err(e) = send_body(
             &mut c.stream,
             &mut b,
-            framing,
+            (framing, max_body),
             vs_counters,
             &server.counters,
         )
         .await
         {
-            failed(why);
-            return Err(Attempt::Fail(StatusCode::BAD_GATEWAY, why));
+            // The server has part of a body: its connection is dropped here.
+            let (status, why) = e.answer();
+            if e == BodyError::Server {
+                failed(why);
+            }
+            return Err(Attempt::Fail(status, why));
         }
     }
     // TLS may hold back the request's last bytes until flushed (a no-op for plain TCP).
@@ -1687,23 +1709,57 @@ async fn exchange(
     Ok((c, h, decoder))
 }
 
-/// Streams the client's request body to the server in the framing of the head.
+/// Why a request body did not reach its server whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyError {
+    /// The client's body was cut short or malformed.
+    Client,
+    /// It is larger than the virtual server's `max_body_bytes`.
+    TooLarge,
+    /// Writing to the server failed.
+    Server,
+}
+
+impl BodyError {
+    /// The answer to the client.
+    fn answer(self) -> (StatusCode, &'static str) {
+        match self {
+            BodyError::Client => (
+                StatusCode::BAD_GATEWAY,
+                "the client's request body was cut short or malformed",
+            ),
+            BodyError::TooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the request body is larger than this virtual server takes",
+            ),
+            BodyError::Server => (StatusCode::BAD_GATEWAY, "writing to the server failed"),
+        }
+    }
+}
+
+/// Streams the client's request body to the server in the framing of the head, refusing one
+/// longer than `max`.
 async fn send_body(
     s: &mut crate::tls::ServerStream,
     body: &mut ReqBody,
-    framing: codec::RequestFraming,
+    (framing, max): (codec::RequestFraming, Option<u64>),
     vs_counters: &VirtualServerCounters,
     server_counters: &crate::stats::ServerCounters,
-) -> Result<(), &'static str> {
+) -> Result<(), BodyError> {
     use http_body_util::BodyExt as _;
     use tokio::io::AsyncWriteExt as _;
     let chunked = framing == codec::RequestFraming::Chunked;
     let mut frame_head = bytes::BytesMut::with_capacity(32);
+    let mut sent = 0u64;
     while let Some(f) = body.frame().await {
-        let f = f.map_err(|_| "the client's request body was cut short or malformed")?;
+        let f = f.map_err(|_| BodyError::Client)?;
         let Ok(data) = f.into_data() else { continue };
         if data.is_empty() {
             continue;
+        }
+        sent += data.len() as u64;
+        if max.is_some_and(|max| sent > max) {
+            return Err(BodyError::TooLarge);
         }
         vs_counters.bytes_in.add(data.len() as u64);
         server_counters.bytes_out.add(data.len() as u64);
@@ -1712,21 +1768,17 @@ async fn send_body(
             codec::write_chunk_size(&mut frame_head, data.len());
             s.write_all(&frame_head)
                 .await
-                .map_err(|_| "writing to the server failed")?;
+                .map_err(|_| BodyError::Server)?;
         }
-        s.write_all(&data)
-            .await
-            .map_err(|_| "writing to the server failed")?;
+        s.write_all(&data).await.map_err(|_| BodyError::Server)?;
         if chunked {
-            s.write_all(b"\r\n")
-                .await
-                .map_err(|_| "writing to the server failed")?;
+            s.write_all(b"\r\n").await.map_err(|_| BodyError::Server)?;
         }
     }
     if chunked {
         s.write_all(b"0\r\n\r\n")
             .await
-            .map_err(|_| "writing to the server failed")?;
+            .map_err(|_| BodyError::Server)?;
     }
     Ok(())
 }

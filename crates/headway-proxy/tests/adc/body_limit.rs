@@ -1,0 +1,49 @@
+//! `max_body_bytes`: a request body larger than the virtual server takes gets 413, whether its
+//! length is announced or found out while it streams, and never reaches a server whole.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_over_the_limit_get_413_announced_or_streamed() {
+    let o = Origin::start("o", Duration::ZERO).await;
+    let text = format!(
+        "{}{}",
+        group("g", "", &[(o.addr, "")]),
+        vs("g", "max_body_bytes = \"1KiB\"")
+    );
+    let (p, addr) = proxy(&text).await;
+    // Within the limit: served.
+    let body: &'static [u8] = &[b'x'; 1024];
+    let r = send(&client(), "POST", addr, "/echo", &[], body)
+        .await
+        .unwrap();
+    assert_eq!((r.status, r.origin().as_str()), (200, "o"));
+    // Announced too large: refused before any server is asked, and the connection closes.
+    let out = raw(
+        addr,
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1025\r\n\r\n",
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 413"), "{out}");
+    assert!(
+        out.to_ascii_lowercase().contains("connection: close"),
+        "{out}"
+    );
+    assert_eq!(p.snapshot().groups[0].servers[0].requests, 1);
+    // Chunked, found too large while streaming: cut off, 413, closed.
+    let mut req = b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..3 {
+        req.extend_from_slice(b"258\r\n");
+        req.extend_from_slice(&[b'y'; 600]);
+        req.extend_from_slice(b"\r\n");
+    }
+    req.extend_from_slice(b"0\r\n\r\n");
+    let out = raw(addr, &req).await;
+    assert!(out.starts_with("HTTP/1.1 413"), "{out}");
+    let s = p.snapshot();
+    assert_eq!(s.virtual_servers[0].bad_requests, 2);
+    assert_eq!(s.virtual_servers[0].responses[3], 2);
+    // Not the server's failure.
+    let sv = &s.groups[0].servers[0];
+    assert_eq!((sv.failures, sv.ejections), (0, 0), "{sv:?}");
+}
