@@ -148,7 +148,16 @@ impl ServerState {
     /// Records a request's outcome for passive health (`p`: the group's settings): the change,
     /// if any. Taking the server out counts an ejection and closes its idle connections.
     pub fn record_outcome(&self, ok: bool, p: &Passive) -> Option<PassiveEvent> {
-        if p.max_fails == 0 || (ok && !self.passive_set.load(Ordering::Relaxed)) {
+        let set = self.passive_set.load(Ordering::Relaxed);
+        if p.max_fails == 0 {
+            // Passive health was turned off by a reload: nothing it decided stands.
+            if set {
+                *self.passive.lock() = PassiveState::default();
+                self.passive_set.store(false, Ordering::Relaxed);
+            }
+            return None;
+        }
+        if ok && !set {
             return None;
         }
         let mut state = self.passive.lock();
@@ -679,5 +688,58 @@ impl Group {
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server() -> ServerState {
+        ServerState::new(
+            "127.0.0.1:9".parse().unwrap(),
+            AdminState::Enabled,
+            Pool::new(4, Duration::from_secs(60), 1),
+        )
+    }
+
+    const ON: Passive = Passive {
+        max_fails: 2,
+        fail_timeout: Duration::from_secs(60),
+    };
+
+    #[test]
+    fn passive_health_takes_a_server_out_and_a_reload_that_turns_it_off_puts_it_back() {
+        let s = server();
+        assert_eq!(s.record_outcome(true, &ON), None);
+        assert_eq!(s.record_outcome(false, &ON), None);
+        assert!(!s.passively_out());
+        assert!(matches!(
+            s.record_outcome(false, &ON),
+            Some(PassiveEvent::Out(_))
+        ));
+        assert!(s.passively_out());
+        assert_eq!(s.counters.ejections.get(), 1);
+        let off = Passive { max_fails: 0, ..ON };
+        assert_eq!(s.record_outcome(false, &off), None);
+        assert!(!s.passively_out());
+    }
+
+    #[test]
+    fn slow_start_ramps_only_a_server_that_came_into_rotation() {
+        let s = server();
+        let window = Duration::from_secs(60);
+        // In rotation since it was made: its whole weight.
+        assert_eq!(s.ramped_weight(5, window), 5 * WEIGHT_SCALE);
+        s.set_admin(AdminState::Disabled);
+        s.set_admin(AdminState::Enabled);
+        let w = s.ramped_weight(5, window);
+        assert!((1..5 * WEIGHT_SCALE / 10).contains(&w), "{w}");
+        // A window already over: whole again, and the ramp forgotten.
+        assert_eq!(s.ramped_weight(5, Duration::ZERO), 5 * WEIGHT_SCALE);
+        assert_eq!(s.ramped_weight(5, window), 5 * WEIGHT_SCALE);
+        // Enabling an enabled server starts nothing.
+        s.set_admin(AdminState::Enabled);
+        assert_eq!(s.ramped_weight(5, window), 5 * WEIGHT_SCALE);
     }
 }

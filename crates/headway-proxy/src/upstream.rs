@@ -257,6 +257,11 @@ impl Pool {
         }
         c.since = now;
         let mut idle = self.list().lock();
+        if idle.len() >= max && c.proxied.is_some() {
+            // Connections that name one client each: the oldest is the one least likely to be
+            // asked for again (its client may be gone), so it makes room.
+            idle.remove(0);
+        }
         if idle.len() < max {
             idle.push(c);
         }
@@ -267,6 +272,63 @@ impl Pool {
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn proxied_connections_serve_only_their_client_and_the_oldest_makes_room() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        // Accepts and keeps every connection, with the first bytes it got (its header).
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let mut b = vec![0u8; 128];
+                let n = tokio::io::AsyncReadExt::read(&mut s, &mut b).await.unwrap();
+                b.truncate(n);
+                tx.send((s, b)).unwrap();
+            }
+        });
+        let counters = ServerCounters::default();
+        let pool = Pool::new(2, Duration::from_secs(60), 1);
+        let header = |port: u16| ProxyHeader {
+            version: crate::proxy_protocol::Version::V1,
+            client: SocketAddr::from(([192, 0, 2, 7], port)),
+            destination: addr,
+        };
+        let mut held = Vec::new();
+        for port in [1, 2, 3] {
+            let c = pool
+                .checkout(addr, Duration::from_secs(1), &counters, Some(header(port)))
+                .await
+                .unwrap();
+            let (s, first) = rx.recv().await.unwrap();
+            let expect = format!("PROXY TCP4 192.0.2.7 127.0.0.1 {port} {}\r\n", addr.port());
+            assert_eq!(String::from_utf8(first).unwrap(), expect);
+            held.push(s);
+            pool.checkin(c, SystemClock::now());
+        }
+        // Full at 2: client 1's connection made room for client 3's.
+        assert_eq!(pool.idle_len(), 2);
+        for (port, reused) in [(3, true), (2, true), (1, false)] {
+            let c = pool
+                .checkout(addr, Duration::from_secs(1), &counters, Some(header(port)))
+                .await
+                .unwrap();
+            assert_eq!(c.reused, reused, "client port {port}");
+            assert_eq!(c.proxied, Some(header(port).client));
+            if !reused {
+                held.push(rx.recv().await.unwrap().0);
+            }
+            pool.checkin(c, SystemClock::now());
+        }
+        // A request without a header never gets one that has one.
+        assert_eq!(pool.idle_len(), 2);
+        let c = pool
+            .checkout(addr, Duration::from_secs(1), &counters, None)
+            .await
+            .unwrap();
+        assert!(!c.reused && c.proxied.is_none());
+        assert_eq!(pool.idle_len(), 2);
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn closed_idle_connections_are_not_handed_out() {
