@@ -9,6 +9,7 @@
 //! | metric | labels |
 //! |---|---|
 //! | `adc_requests_total`, `adc_connections_total`, `adc_refused_connections_total`, `adc_bad_proxy_headers_total`, `adc_rate_limited_total`, `adc_bad_requests_total`, `adc_upgrades_total` | `virtual_server` |
+//! | `adc_rule_hits_total` | `virtual_server`, `rule` |
 //! | `adc_responses_total` | `virtual_server`, `class` = `1xx` … `5xx` |
 //! | `adc_bytes_total` | `virtual_server`, `direction` = `in` / `out` |
 //! | `adc_active_connections`, `adc_tunnels` (upgraded connections open: WebSockets) | `virtual_server` |
@@ -169,6 +170,18 @@ impl Collector for AdcCollector {
                 s.virtual_servers.iter().map(|v| (vs(v), f(v))).collect();
             counters(&mut enc, name, help, &values)?;
         }
+        let mut rule_hits = Vec::new();
+        for v in &s.virtual_servers {
+            for ((rule, _), n) in v.rules.iter().zip(&v.rule_hits) {
+                rule_hits.push((with(vs(v), "rule", rule), *n));
+            }
+        }
+        counters(
+            &mut enc,
+            "adc_rule_hits",
+            "Requests a content-switching rule matched",
+            &rule_hits,
+        )?;
         let mut responses = Vec::new();
         let mut bytes = Vec::new();
         for v in &s.virtual_servers {
@@ -758,12 +771,15 @@ pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
             ms(&v.latency, 0.5),
             ms(&v.latency, 0.99),
         ]);
-        for (rule, group) in &v.rules {
+        for (i, (rule, group)) in v.rules.iter().enumerate() {
             rows.push(vec![
                 format!("  rule {rule}"),
                 String::new(),
                 String::new(),
                 group.clone(),
+                String::new(),
+                String::new(),
+                v.rule_hits.get(i).map_or(String::new(), u64::to_string),
             ]);
         }
     }
@@ -958,6 +974,7 @@ mod tests {
                 listen: "127.0.0.1:8000".into(),
                 group: "g".into(),
                 rules: vec![("mysite".into(), "g2".into())],
+                rule_hits: vec![7],
                 requests: 10,
                 responses: [0, 9, 0, 0, 1],
                 upgrades: 5,
@@ -1071,6 +1088,7 @@ mod tests {
             "headway_adc_reloads_failed_total 1",
             "headway_adc_upgrades_total{virtual_server=\"web\"} 5",
             "headway_adc_bad_proxy_headers_total{virtual_server=\"web\"} 4",
+            "headway_adc_rule_hits_total{virtual_server=\"web\",rule=\"mysite\"} 7",
             "headway_adc_server_ejections_total{group=\"g\",server=\"s1\"} 2",
             "headway_adc_tunnels{virtual_server=\"web\"} 2.0",
             "headway_adc_tls_handshakes_total{virtual_server=\"web\",kind=\"resumed\"} 6",
@@ -1132,6 +1150,8 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("up (out: failing)"), "{text}");
+        let rule = text.lines().find(|l| l.contains("rule mysite")).unwrap();
+        assert!(rule.trim_end().ends_with(" 7"), "{rule}");
         assert!(
             text.contains(
                 "tls: 10 handshakes (6 resumed), TLS 1.3 9, 1.2 1, h2 2, 3 failed (version 3)"

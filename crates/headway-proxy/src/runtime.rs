@@ -311,6 +311,7 @@ impl Proxy {
                             .rules()
                             .map(|(r, t)| (r.name.clone(), t.describe()))
                             .collect(),
+                        rule_hits: v.rule_hits(),
                         connections: c.connections.get(),
                         active_connections: c.active_connections.get(),
                         refused_connections: c.refused_connections.get(),

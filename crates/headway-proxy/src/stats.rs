@@ -342,8 +342,11 @@ pub struct VirtualServerSnapshot {
     pub listen: String,
     /// Its default group.
     pub group: String,
-    /// Its content-switching rules as `name → group`.
+    /// Its content-switching rules as `name → group` (or what the proxy answers itself).
     pub rules: Vec<(String, String)>,
+    /// Requests each rule matched, in the order of `rules`.
+    #[serde(default)]
+    pub rule_hits: Vec<u64>,
     /// Client connections accepted.
     pub connections: u64,
     /// Client connections open now.

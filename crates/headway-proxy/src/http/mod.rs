@@ -83,6 +83,9 @@ pub struct VsShared {
     pub limits: Arc<ClientLimits>,
     /// Compression counters.
     pub compression: Arc<compress::Counters>,
+    /// Requests each content-switching rule matched, by rule name (kept across reloads while
+    /// the name stays).
+    rule_hits: parking_lot::Mutex<std::collections::HashMap<String, Arc<crate::stats::Counter>>>,
 }
 
 /// A virtual server in one config generation (HTTP or TCP).
@@ -103,6 +106,8 @@ pub struct VsRuntime {
     cache: Option<Arc<Cache>>,
     /// Whether a group it sends requests to writes PROXY headers to its servers.
     sends_proxy_protocol: bool,
+    /// Requests each rule matched, in rule order.
+    rule_hits: Vec<Arc<crate::stats::Counter>>,
     /// hyper's HTTP/1 and HTTP/2 server settings, built once (a builder per connection
     /// allocated its timer anew each time).
     http1: hyper::server::conn::http1::Builder,
@@ -146,10 +151,21 @@ impl VsRuntime {
             .chain(router.rules().map(|(_, t)| t))
             .filter_map(Target::group)
             .any(|g| g.config.send_proxy_protocol.is_some());
+        let rule_hits = {
+            let mut kept = shared.rule_hits.lock();
+            let hits: Vec<_> = router
+                .rules()
+                .map(|(r, _)| kept.entry(r.name.clone()).or_default().clone())
+                .collect();
+            // Rules that are gone are forgotten.
+            kept.retain(|name, _| router.rules().any(|(r, _)| &r.name == name));
+            hits
+        };
         VsRuntime {
             http1,
             http2,
             sends_proxy_protocol,
+            rule_hits,
             request_rules: Rules::new(&config.request_headers),
             response_rules: Rules::new(&config.response_headers),
             compression: config
@@ -173,6 +189,11 @@ impl VsRuntime {
 }
 
 impl VsRuntime {
+    /// Requests each content-switching rule matched since it was configured, in rule order.
+    pub fn rule_hits(&self) -> Vec<u64> {
+        self.rule_hits.iter().map(|c| c.get()).collect()
+    }
+
     /// Whether a group it sends requests (or tcp connections) to writes PROXY headers to its
     /// servers: then the address each client connected to is looked up at accept.
     pub fn sends_proxy_protocol(&self) -> bool {
@@ -1100,7 +1121,11 @@ async fn phases(
         ));
     }
     // 2 route
-    let group = match vs.router.route(&parts).0 {
+    let (target, rule) = vs.router.route(&parts);
+    if let Some(hits) = rule.and_then(|i| vs.rule_hits.get(i)) {
+        hits.inc();
+    }
+    let group = match target {
         Target::Group(group) => group.clone(),
         Target::Answer(answer) => {
             let https = vs.config.kind == headway_config::adc::VirtualServerKind::Https;

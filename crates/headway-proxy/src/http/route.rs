@@ -22,20 +22,21 @@ impl<T> Router<T> {
         Router { rules, default }
     }
 
-    /// The target of a request, and the matching rule's name (`None` for the default).
-    pub fn route(&self, req: &Parts) -> (&T, Option<&str>) {
+    /// The target of a request, and the matching rule's index in file order (`None` for the
+    /// default).
+    pub fn route(&self, req: &Parts) -> (&T, Option<usize>) {
         if self.rules.is_empty() {
             return (&self.default, None);
         }
         let host = host_of(req);
         let path = req.uri.path();
-        for (rule, target) in &self.rules {
+        for (i, (rule, target)) in self.rules.iter().enumerate() {
             if rule
                 .conditions
                 .iter()
                 .all(|c| matches(c, req, host.as_deref(), path))
             {
-                return (target, Some(&rule.name));
+                return (target, Some(i));
             }
         }
         (&self.default, None)
@@ -170,7 +171,8 @@ mod tests {
         assert_eq!(t("GET", "/v2/x", &[]), 5);
         assert_eq!(t("GET", "/v2", &[]), 0);
         assert_eq!(t("GET", "/dir.jpg/file", &[]), 0);
-        assert_eq!(r.route(&parts("GET", "/v2/x", &[])).1, Some("v2"));
+        assert_eq!(r.route(&parts("GET", "/v2/x", &[])).1, Some(4));
+        assert_eq!(r.route(&parts("GET", "/", &[])).1, None);
     }
 
     #[test]

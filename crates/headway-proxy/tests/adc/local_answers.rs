@@ -129,6 +129,20 @@ async fn rules_answer_beside_rules_that_reach_servers() {
         ]
     );
     assert_eq!(s.groups[0].servers[0].requests, 1);
+    // Each rule counts the requests it matched; a reload that keeps a rule keeps its count.
+    assert_eq!(s.virtual_servers[0].rule_hits, [1, 1, 1]);
+    let kept = text.replace("name = \"ping\"", "name = \"health\"");
+    p.replace(Config::parse(&kept, "t.toml").unwrap().adc)
+        .await
+        .expect("reload applies");
+    assert_eq!(get(&c, addr, "/ping").await.status, 200);
+    assert_eq!(get(&c, addr, "/ping").await.status, 200);
+    // `moved` and `admin` kept theirs; the renamed rule started again at 0.
+    let v = &p.snapshot().virtual_servers[0];
+    assert_eq!(
+        (v.rules[2].0.as_str(), &v.rule_hits[..]),
+        ("health", &[1, 1, 2][..])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
