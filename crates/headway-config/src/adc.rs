@@ -282,6 +282,8 @@ pub struct VirtualServer {
     pub rate_per_client: u32,
     /// Every client connection starts with a PROXY protocol header naming the client.
     pub accept_proxy_protocol: bool,
+    /// The balancers allowed to send such headers; empty = any address.
+    pub proxy_protocol_from: Vec<crate::wanopt::Cidr>,
     /// Accept HTTP/2 with prior knowledge.
     pub http2: bool,
     /// Pass protocol upgrades (WebSocket) through to servers (HTTP).
@@ -1369,6 +1371,29 @@ fn virtual_server(
             origin,
         )?,
         accept_proxy_protocol: v.accept_proxy_protocol.unwrap_or(false),
+        proxy_protocol_from: match &v.proxy_protocol_from {
+            None => Vec::new(),
+            Some(list) if v.accept_proxy_protocol != Some(true) => {
+                return Err(invalid(
+                    origin.locate(Some(list.span())),
+                    "proxy_protocol_from names the balancers whose PROXY headers are taken: \
+                     add `accept_proxy_protocol = true`, or remove it"
+                        .into(),
+                ))
+            }
+            Some(list) => list
+                .get_ref()
+                .iter()
+                .map(|c| {
+                    c.get_ref().parse::<crate::wanopt::Cidr>().map_err(|m| {
+                        invalid(
+                            origin.locate(Some(c.span())),
+                            format!("proxy_protocol_from: {m}"),
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        },
         http2: v.http2.unwrap_or(true),
         upgrades: v.upgrades.unwrap_or(true),
         tunnel_idle_timeout: positive(

@@ -814,6 +814,16 @@ async fn accept_loop(
             .config
             .accept_proxy_protocol
             .then_some(vs.config.request_header_timeout);
+        let from = &vs.config.proxy_protocol_from;
+        if expect_header.is_some()
+            && !from.is_empty()
+            && !from.iter().any(|c| c.contains(peer.ip()))
+        {
+            // Only the balancers in front may say who the client is.
+            counters.bad_proxy_headers.inc();
+            tracing::debug!(client = %peer, "closing a connection from outside proxy_protocol_from");
+            continue;
+        }
         let guard = match expect_header {
             Some(_) => None,
             None => match vs

@@ -160,6 +160,14 @@ fn vs(group: &str, extra: &str) -> String {
     )
 }
 
+/// A proxy with one `http` virtual server (`vs`'s `extra` lines) in front of one origin `o`.
+async fn before_one_origin(extra: &str) -> (Origin, Proxy, SocketAddr) {
+    let o = Origin::start("o", Duration::ZERO).await;
+    let text = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", extra));
+    let (p, addr) = proxy(&text).await;
+    (o, p, addr)
+}
+
 type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
 
 fn client() -> HttpClient {

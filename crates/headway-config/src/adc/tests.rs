@@ -136,6 +136,36 @@ fn proxy_protocol_is_taken_from_clients_and_sent_to_servers() {
     let c = parse(&text);
     assert_eq!(c.adc.groups[0].send_proxy_protocol, Some(ProxyProtocol::V2));
     assert!(c.adc.virtual_servers[0].accept_proxy_protocol);
+    assert!(c.adc.virtual_servers[0].proxy_protocol_from.is_empty());
+    let from = |list: &str, accept: bool| {
+        format!(
+            "{GROUP}{VS}{}proxy_protocol_from = {list}\n",
+            if accept {
+                "accept_proxy_protocol = true\n"
+            } else {
+                ""
+            }
+        )
+    };
+    let c = parse(&from("[\"10.0.0.0/8\", \"2001:db8::1\"]", true));
+    let nets = &c.adc.virtual_servers[0].proxy_protocol_from;
+    assert!(nets[0].contains("10.1.2.3".parse().unwrap()));
+    assert!(nets[0].contains("::ffff:10.1.2.3".parse().unwrap()));
+    assert!(!nets[0].contains("11.0.0.1".parse().unwrap()));
+    assert!(nets[1].contains("2001:db8::1".parse().unwrap()));
+    assert!(!nets[1].contains("2001:db8::2".parse().unwrap()));
+    assert_err(
+        &from("[\"10.0.0.0/8\"]", false),
+        10,
+        23,
+        &["add `accept_proxy_protocol = true`"],
+    );
+    assert_err(
+        &from("[\"10.0.0.1/8\"]", true),
+        11,
+        24,
+        &["proxy_protocol_from:", "`10.0.0.0/8`"],
+    );
     let text = GROUP.replace(
         "name = \"web\"\n",
         "name = \"web\"\nsend_proxy_protocol = \"2\"\n",

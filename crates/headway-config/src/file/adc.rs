@@ -252,6 +252,10 @@ pub struct VirtualServerSection {
     /// and counted. Only for listeners that nothing but such balancers can reach: whoever
     /// connects can claim any address. Default: false.
     pub accept_proxy_protocol: Option<bool>,
+    /// With `accept_proxy_protocol`: the addresses or networks of the balancers in front
+    /// (`["10.0.0.0/8", "192.0.2.10"]`); a connection from anywhere else is closed before its
+    /// header is read, and counted with the bad headers. Default: any address.
+    pub proxy_protocol_from: Option<Spanned<Vec<Spanned<String>>>>,
     /// HTTP: accept HTTP/2 beside HTTP/1.1 — with prior knowledge on `http`, offered by ALPN
     /// (`h2`, then `http/1.1`) on `https`. Default: true.
     pub http2: Option<bool>,

@@ -5,13 +5,7 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_over_the_limit_get_413_announced_or_streamed() {
-    let o = Origin::start("o", Duration::ZERO).await;
-    let text = format!(
-        "{}{}",
-        group("g", "", &[(o.addr, "")]),
-        vs("g", "max_body_bytes = \"1KiB\"")
-    );
-    let (p, addr) = proxy(&text).await;
+    let (_o, p, addr) = before_one_origin("max_body_bytes = \"1KiB\"").await;
     // Within the limit: served.
     let body: &'static [u8] = &[b'x'; 1024];
     let r = send(&client(), "POST", addr, "/echo", &[], body)

@@ -153,13 +153,7 @@ async fn a_tcp_virtual_server_names_its_own_clients_to_servers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_virtual_server_takes_the_client_from_the_header() {
-    let o = Origin::start("o", Duration::ZERO).await;
-    let text = format!(
-        "{}{}",
-        group("g", "", &[(o.addr, "")]),
-        vs("g", "accept_proxy_protocol = true")
-    );
-    let (p, front) = proxy(&text).await;
+    let (_o, p, front) = before_one_origin("accept_proxy_protocol = true").await;
     for version in [Version::V1, Version::V2] {
         let mut s = TcpStream::connect(front).await.unwrap();
         let mut sent = encode(version, addr("203.0.113.9:1234"), front);
@@ -356,4 +350,33 @@ async fn haproxy_in_front_and_behind_understands_our_headers() {
             "{version}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_balancers_named_may_send_headers() {
+    let (_o, p, front) =
+        before_one_origin("accept_proxy_protocol = true\nproxy_protocol_from = [\"127.0.0.2\"]")
+            .await;
+    let request = |from: &'static str| async move {
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind(addr(&format!("{from}:0"))).unwrap();
+        let mut s = sock.connect(front).await.unwrap();
+        let mut sent = encode(Version::V2, addr("203.0.113.9:1234"), front);
+        sent.extend_from_slice(b"GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let _ = s.write_all(&sent).await;
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    // From the balancer: its header names the client.
+    let out = request("127.0.0.2").await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(
+        out.contains("\"x-forwarded-for\":[\"203.0.113.9\"]"),
+        "{out}"
+    );
+    // From anywhere else: closed, whatever header it sends.
+    let out = request("127.0.0.1").await;
+    assert!(out.is_empty(), "{out}");
+    assert_eq!(p.snapshot().virtual_servers[0].bad_proxy_headers, 1);
 }
