@@ -122,6 +122,8 @@ pub struct Monitor {
     pub rise: u32,
     /// Consecutive failures that take a server down (1–100).
     pub fall: u32,
+    /// The port checked; `None` = each server's own.
+    pub port: Option<u16>,
 }
 
 /// What a monitor checks.
@@ -722,6 +724,23 @@ fn monitor(m: &MonitorSection, origin: &Origin) -> Result<Monitor, ConfigError> 
             ));
         }
     };
+    let port = match &m.port {
+        None => None,
+        Some(p) => Some(
+            u16::try_from(*p.get_ref())
+                .ok()
+                .filter(|&p| p != 0)
+                .ok_or_else(|| {
+                    invalid(
+                        origin.locate(Some(p.span())),
+                        format!(
+                            "monitor `{name}`: port {} is out of range: use 1 to 65535",
+                            p.get_ref()
+                        ),
+                    )
+                })?,
+        ),
+    };
     Ok(Monitor {
         name,
         kind,
@@ -729,6 +748,7 @@ fn monitor(m: &MonitorSection, origin: &Origin) -> Result<Monitor, ConfigError> 
         timeout,
         rise,
         fall,
+        port,
     })
 }
 

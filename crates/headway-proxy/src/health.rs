@@ -39,11 +39,16 @@ pub fn spawn(
     proxy: Option<crate::proxy_protocol::Version>,
     mut stop: watch::Receiver<()>,
 ) {
+    // The server's address, or its health port.
+    let checked = match monitor.port {
+        Some(port) => SocketAddr::new(state.address.ip(), port),
+        None => state.address,
+    };
     tokio::spawn(async move {
         loop {
             let result = tokio::time::timeout(
                 monitor.timeout,
-                check(&monitor.kind, state.address, tls.as_deref(), proxy),
+                check(&monitor.kind, checked, tls.as_deref(), proxy),
             )
             .await;
             let outcome = match result {

@@ -98,6 +98,19 @@ fn defaults_of_a_minimal_http_virtual_server() {
 }
 
 #[test]
+fn a_monitor_port_is_a_tcp_port() {
+    let m = |port: &str| format!("[[monitor]]\nname = \"m\"\nkind = \"tcp\"\nport = {port}\n");
+    assert_eq!(parse(&m("8081")).adc.monitors[0].port, Some(8081));
+    assert_eq!(
+        parse(&m("1").replace("port = 1\n", "")).adc.monitors[0].port,
+        None
+    );
+    for bad in ["0", "65536"] {
+        assert_err(&m(bad), 4, 8, &["port", "is out of range: use 1 to 65535"]);
+    }
+}
+
+#[test]
 fn max_body_bytes_is_a_positive_size_for_http_only() {
     let c = parse(&format!("{GROUP}{VS}max_body_bytes = \"10MiB\"\n"));
     assert_eq!(c.adc.virtual_servers[0].max_body_bytes, Some(10 << 20));

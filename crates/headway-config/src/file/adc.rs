@@ -47,6 +47,9 @@ pub struct MonitorSection {
     pub rise: Option<Spanned<u32>>,
     /// Consecutive failures that take an up server down, 1–100. Default: 3.
     pub fall: Option<Spanned<u32>>,
+    /// The port checked, for servers whose health is served on another port than their
+    /// traffic (a management or status port), 1–65535. Default: each server's own port.
+    pub port: Option<Spanned<u32>>,
     /// HTTP only: the request method. Default: `"GET"`.
     pub method: Option<Spanned<String>>,
     /// HTTP only: the request path, starting with `/`. Default: `"/"`.

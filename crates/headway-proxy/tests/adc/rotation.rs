@@ -182,3 +182,26 @@ async fn slow_start_keeps_least_connection_from_flooding_a_returning_server() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_monitor_checks_the_health_port_it_is_given() {
+    // The server's traffic port and its health port are two origins on one address: the
+    // monitor judges the server by the health port alone.
+    let traffic = Origin::start("t", Duration::ZERO).await;
+    let mut health_port = Origin::start("h", Duration::ZERO).await;
+    let text = format!(
+        "[[monitor]]\nname = \"m\"\nkind = \"http\"\npath = \"/healthz\"\ninterval = \"100ms\"\n\
+         timeout = \"100ms\"\nrise = 1\nfall = 1\nport = {}\n{}{}",
+        health_port.addr.port(),
+        group("g", "monitor = \"m\"", &[(traffic.addr, "")]),
+        vs("g", "")
+    );
+    let (p, addr) = proxy(&text).await;
+    until(&p, "checks pass", |s| s.groups[0].servers[0].checks_ok >= 1).await;
+    let c = client();
+    assert_eq!(get(&c, addr, "/healthz").await.origin(), "t");
+    // The health port dies, the traffic port does not: the server is down all the same.
+    health_port.kill();
+    until(&p, "down", |s| health(s, "g", 0) == "down").await;
+    assert_eq!(get(&c, addr, "/healthz").await.status, 503);
+}
