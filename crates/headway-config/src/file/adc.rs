@@ -54,7 +54,8 @@ pub struct MonitorSection {
     pub method: Option<Spanned<String>>,
     /// HTTP only: the request path, starting with `/`. Default: `"/"`.
     pub path: Option<Spanned<String>>,
-    /// HTTP only: the `Host` header. Default: the server's address.
+    /// HTTP only: the `Host` header. Default: the address checked (the server's, with the
+    /// monitor's `port` if it has one).
     pub host: Option<Spanned<String>>,
     /// HTTP only: the statuses that count as healthy: `"200-399"`, `"200"`, `"200,204,300-399"`.
     /// Default: `"200-399"`.
