@@ -726,20 +726,7 @@ fn monitor(m: &MonitorSection, origin: &Origin) -> Result<Monitor, ConfigError> 
     };
     let port = match &m.port {
         None => None,
-        Some(p) => Some(
-            u16::try_from(*p.get_ref())
-                .ok()
-                .filter(|&p| p != 0)
-                .ok_or_else(|| {
-                    invalid(
-                        origin.locate(Some(p.span())),
-                        format!(
-                            "monitor `{name}`: port {} is out of range: use 1 to 65535",
-                            p.get_ref()
-                        ),
-                    )
-                })?,
-        ),
+        Some(p) => Some(ranged(p, 1, 65535, &format!("monitor `{name}`: port"), origin)? as u16),
     };
     Ok(Monitor {
         name,

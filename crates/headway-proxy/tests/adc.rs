@@ -160,10 +160,17 @@ fn vs(group: &str, extra: &str) -> String {
     )
 }
 
-/// A proxy with one `http` virtual server (`vs`'s `extra` lines) in front of one origin `o`.
-async fn before_one_origin(extra: &str) -> (Origin, Proxy, SocketAddr) {
+/// One origin `o`, and the config of an `http` virtual server (`vs`'s `extra` lines) in front
+/// of it.
+async fn one_origin(extra: &str) -> (Origin, String) {
     let o = Origin::start("o", Duration::ZERO).await;
     let text = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", extra));
+    (o, text)
+}
+
+/// A proxy running [`one_origin`]'s config.
+async fn before_one_origin(extra: &str) -> (Origin, Proxy, SocketAddr) {
+    let (o, text) = one_origin(extra).await;
     let (p, addr) = proxy(&text).await;
     (o, p, addr)
 }

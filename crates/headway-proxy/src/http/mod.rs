@@ -1591,8 +1591,8 @@ async fn exchange(
         }
     };
     let reused = c.reused;
-    // A failure that is the server's: counted by passive health. (A reused connection that
-    // closed without an answer raced the server's idle timeout; that is not one.)
+    // A failure that is the server's, counted by passive health when `counts` (a reused
+    // connection that closed without an answer raced the server's idle timeout: not one).
     let failed = |why: &str| {
         server.counters.failures.inc();
         // A connection that broke without an answer usually means the server went away:
@@ -1601,8 +1601,8 @@ async fn exchange(
         server.pool.clear();
         tracing::debug!(group = %cfg.name, server = %server.address, reason = why, "request to server failed");
     };
-    let server_failed = |why: &str| {
-        if !reused {
+    let server_failed = |why: &str, counts: bool| {
+        if counts {
             crate::group::passive_outcome(server, cfg, false);
         }
         failed(why);
@@ -1686,7 +1686,7 @@ async fn exchange(
     let h = match tokio::time::timeout_at(deadline, read).await {
         Ok(Ok(h)) => h,
         Ok(Err((partial, why))) => {
-            server_failed(&why);
+            server_failed(&why, !reused);
             return Err(if partial {
                 Attempt::Fail(
                     StatusCode::BAD_GATEWAY,
@@ -1700,8 +1700,7 @@ async fn exchange(
             });
         }
         Err(_) => {
-            crate::group::passive_outcome(server, cfg, false);
-            failed("response timeout");
+            server_failed("response timeout", true);
             return Err(Attempt::Fail(
                 StatusCode::GATEWAY_TIMEOUT,
                 "the server did not answer in time",
@@ -1709,8 +1708,10 @@ async fn exchange(
         }
     };
     if h.status == StatusCode::SWITCHING_PROTOCOLS && !upgrade {
-        crate::group::passive_outcome(server, cfg, false);
-        failed("101 Switching Protocols to a request that asked for no upgrade");
+        server_failed(
+            "101 Switching Protocols to a request that asked for no upgrade",
+            true,
+        );
         return Err(Attempt::Fail(
             StatusCode::BAD_GATEWAY,
             "the server switched protocols unasked",
@@ -1719,8 +1720,7 @@ async fn exchange(
     let decoder = match codec::response_framing(method, h.status, &h.headers) {
         Ok(f) => codec::Decoder::new(f),
         Err(e) => {
-            crate::group::passive_outcome(server, cfg, false);
-            failed(&e.to_string());
+            server_failed(&e.to_string(), true);
             return Err(Attempt::Fail(
                 StatusCode::BAD_GATEWAY,
                 "the server sent an invalid response",

@@ -86,20 +86,15 @@ async fn a_port_80_virtual_server_redirects_every_request_to_https() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rules_answer_beside_rules_that_reach_servers() {
-    let o = Origin::start("o", Duration::ZERO).await;
-    let text = format!(
-        "{}{}",
-        group("g", "", &[(o.addr, "")]),
-        vs(
-            "g",
-            "[[virtual_server.rule]]\nname = \"moved\"\npath_prefix = \"/old/\"\n\
-             redirect = { location = \"/new{query}\", status = 308 }\n\
-             [[virtual_server.rule]]\nname = \"admin\"\npath_prefix = \"/admin\"\n\
-             respond = { status = 403, body = \"no admin here\\n\" }\n\
-             [[virtual_server.rule]]\nname = \"ping\"\npath = \"/ping\"\n\
-             respond = { status = 200, body = \"{\\\"ok\\\":true}\", content_type = \"application/json\" }\n",
-        ),
-    );
+    let (_o, text) = one_origin(
+        "[[virtual_server.rule]]\nname = \"moved\"\npath_prefix = \"/old/\"\n\
+         redirect = { location = \"/new{query}\", status = 308 }\n\
+         [[virtual_server.rule]]\nname = \"admin\"\npath_prefix = \"/admin\"\n\
+         respond = { status = 403, body = \"no admin here\\n\" }\n\
+         [[virtual_server.rule]]\nname = \"ping\"\npath = \"/ping\"\n\
+         respond = { status = 200, body = \"{\\\"ok\\\":true}\", content_type = \"application/json\" }\n",
+    )
+    .await;
     let (p, addr) = proxy(&text).await;
     let c = client();
     let r = send(&c, "POST", addr, "/old/x?k=v", &[], b"data")
@@ -147,8 +142,7 @@ async fn rules_answer_beside_rules_that_reach_servers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_puts_a_site_into_maintenance_and_back() {
-    let o = Origin::start("o", Duration::ZERO).await;
-    let serving = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", ""));
+    let (_o, serving) = one_origin("").await;
     let (p, addr) = proxy(&serving).await;
     let c = client();
     assert_eq!(get(&c, addr, "/healthz").await.origin(), "o");
