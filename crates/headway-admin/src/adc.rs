@@ -16,7 +16,7 @@
 //! | `adc_request_duration_seconds` (histogram) | `virtual_server` |
 //! | `adc_group_requests_total`, `adc_group_queued_total`, `adc_group_queue_rejected_total`, `adc_group_no_server_total`, `adc_group_persistence_failovers_total` | `group` |
 //! | `adc_group_waiting` | `group` |
-//! | `adc_server_requests_total`, `adc_server_connect_failures_total`, `adc_server_failures_total`, `adc_server_retries_total`, `adc_server_ejections_total`, `adc_server_connections_opened_total`, `adc_server_reused_total` | `group`, `server` |
+//! | `adc_server_requests_total`, `adc_server_connect_failures_total`, `adc_server_failures_total`, `adc_server_retries_total`, `adc_server_ejections_total`, `adc_server_dns_failures_total` (background lookups of its DNS name that failed), `adc_server_connections_opened_total`, `adc_server_reused_total` | `group`, `server` |
 //! | `adc_server_responses_total` | `group`, `server`, `class` |
 //! | `adc_server_active`, `adc_server_up` (1/0), `adc_server_enabled` (1 enabled, 0.5 draining, 0 disabled), `adc_server_reuse_ratio`, `adc_server_idle_connections` | `group`, `server` |
 //! | `adc_server_response_seconds` (histogram, time to response header) | `group`, `server` |
@@ -284,7 +284,7 @@ impl Collector for AdcCollector {
             })
             .collect();
         type SField = fn(&ServerSnapshot) -> u64;
-        let server_counters: [(&str, &str, SField); 7] = [
+        let server_counters: [(&str, &str, SField); 8] = [
             ("adc_server_requests", "Requests sent to a server", |v| {
                 v.requests
             }),
@@ -307,6 +307,11 @@ impl Collector for AdcCollector {
                 "adc_server_ejections",
                 "Times passive health took the server out (max_fails failed requests in a row)",
                 |v| v.ejections,
+            ),
+            (
+                "adc_server_dns_failures",
+                "Background lookups of the server's DNS name that failed (its address stayed)",
+                |v| v.dns_failures,
             ),
             (
                 "adc_server_connections_opened",
@@ -857,7 +862,10 @@ pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
         for sv in &g.servers {
             rows.push(vec![
                 format!("{}{}", sv.name, if sv.backup { " (backup)" } else { "" }),
-                sv.address.clone(),
+                match &sv.host {
+                    Some(h) => format!("{h} ({})", sv.address),
+                    None => sv.address.clone(),
+                },
                 sv.weight.to_string(),
                 sv.admin_state.clone(),
                 if sv.passive_out {
@@ -1011,18 +1019,27 @@ mod tests {
             groups: vec![GroupSnapshot {
                 name: "g".into(),
                 method: "least-connection".into(),
-                servers: vec![ServerSnapshot {
-                    name: "s1".into(),
-                    address: "127.0.0.1:8080".into(),
-                    admin_state: "draining".into(),
-                    health: "up".into(),
-                    requests: 10,
-                    reused: 9,
-                    reuse_ratio: 0.9,
-                    ejections: 2,
-                    passive_out: true,
-                    ..ServerSnapshot::default()
-                }],
+                servers: vec![
+                    ServerSnapshot {
+                        name: "s1".into(),
+                        address: "127.0.0.1:8080".into(),
+                        admin_state: "draining".into(),
+                        health: "up".into(),
+                        requests: 10,
+                        reused: 9,
+                        reuse_ratio: 0.9,
+                        ejections: 2,
+                        passive_out: true,
+                        ..ServerSnapshot::default()
+                    },
+                    ServerSnapshot {
+                        name: "app".into(),
+                        address: "10.0.0.7:80".into(),
+                        host: Some("app.internal:80".into()),
+                        dns_failures: 3,
+                        ..ServerSnapshot::default()
+                    },
+                ],
                 ..GroupSnapshot::default()
             }],
         }
@@ -1090,6 +1107,7 @@ mod tests {
             "headway_adc_bad_proxy_headers_total{virtual_server=\"web\"} 4",
             "headway_adc_rule_hits_total{virtual_server=\"web\",rule=\"mysite\"} 7",
             "headway_adc_server_ejections_total{group=\"g\",server=\"s1\"} 2",
+            "headway_adc_server_dns_failures_total{group=\"g\",server=\"app\"} 3",
             "headway_adc_tunnels{virtual_server=\"web\"} 2.0",
             "headway_adc_tls_handshakes_total{virtual_server=\"web\",kind=\"resumed\"} 6",
             "headway_adc_tls_handshake_failures_total{virtual_server=\"web\",reason=\"version\"} 3",
@@ -1150,6 +1168,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("up (out: failing)"), "{text}");
+        assert!(text.contains("app.internal:80 (10.0.0.7:80)"), "{text}");
         let rule = text.lines().find(|l| l.contains("rule mysite")).unwrap();
         assert!(rule.trim_end().ends_with(" 7"), "{rule}");
         assert!(

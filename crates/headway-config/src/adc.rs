@@ -34,7 +34,9 @@ use crate::tls::{Certificate, GroupTls, VsTls};
 use crate::wanopt::{resolve, socket};
 
 pub mod action;
+pub mod address;
 pub use action::{Action, LocationPart, Redirect, RequestTarget, Respond};
+pub use address::{DnsPrefer, ServerAddress};
 
 /// Default time between two health checks of one server: 5 s.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
@@ -143,7 +145,7 @@ pub struct HttpMonitor {
     pub method: String,
     /// The path (starts with `/`, visible ASCII).
     pub path: String,
-    /// The `Host` header; `None` = the server's address.
+    /// The `Host` header; `None` = the server's name or address, with the port checked.
     pub host: Option<String>,
     /// The statuses and body substring that count as healthy.
     pub expect: HttpExpect,
@@ -189,6 +191,11 @@ pub struct ServerGroup {
     pub passive: headway_lb::health::Passive,
     /// How long a server coming into rotation takes to reach its full weight; zero = off.
     pub slow_start: Duration,
+    /// How often the DNS names of its servers are resolved again; zero = only when a config
+    /// is applied.
+    pub dns_refresh: Duration,
+    /// Which family of a name's addresses is used when it has both.
+    pub dns_prefer: DnsPrefer,
 }
 
 /// A PROXY protocol version (HAProxy's).
@@ -245,8 +252,8 @@ pub struct SourceIpPersistence {
 pub struct Server {
     /// Its name (unique in the group).
     pub name: String,
-    /// Where it listens.
-    pub address: SocketAddr,
+    /// Where it listens: an IP address, or a DNS name the proxy resolves.
+    pub address: ServerAddress,
     /// Its weight (0–1000).
     pub weight: u32,
     /// Requests in flight at once; 0 = unlimited.
@@ -904,6 +911,22 @@ fn group(
             }
         },
     };
+    let dns_prefer = match &g.dns_prefer {
+        None => DnsPrefer::default(),
+        Some(p) => match p.get_ref().as_str() {
+            "ipv4" => DnsPrefer::Ipv4,
+            "ipv6" => DnsPrefer::Ipv6,
+            other => {
+                return Err(invalid(
+                    origin.locate(Some(p.span())),
+                    format!(
+                        "group `{name}`: unknown dns_prefer `{other}`: use \"ipv4\" or \
+                         \"ipv6\""
+                    ),
+                ))
+            }
+        },
+    };
     Ok(ServerGroup {
         name,
         method,
@@ -957,6 +980,8 @@ fn group(
             )?,
         },
         slow_start: dur(&g.slow_start, Duration::ZERO),
+        dns_refresh: dur(&g.dns_refresh, Duration::from_secs(30)),
+        dns_prefer,
     })
 }
 
@@ -966,7 +991,16 @@ fn server(
     group: &str,
     origin: &Origin,
 ) -> Result<Server, ConfigError> {
-    let address = socket(&s.address, "server address", "TCP", origin)?;
+    let address = address::parse(s.address.get_ref()).map_err(|why| {
+        invalid(
+            origin.locate(Some(s.address.span())),
+            format!(
+                "group `{group}`: server address `{}` {why}; e.g. `10.0.0.5:8080`, \
+                 `[2001:db8::5]:8080` or `app1.internal:8080`",
+                s.address.get_ref()
+            ),
+        )
+    })?;
     let name = match &s.name {
         None => address.to_string(),
         Some(n) => {

@@ -37,8 +37,10 @@ use crate::upstream::Pool;
 /// address stay the same).
 #[derive(Debug)]
 pub struct ServerState {
-    /// The server's address.
+    /// The server's address (resolved from `host` when the config gives a name).
     pub address: SocketAddr,
+    /// The DNS name the config gives for it, if any.
+    pub host: Option<String>,
     /// Counters.
     pub counters: ServerCounters,
     /// The pool of idle connections.
@@ -67,6 +69,7 @@ impl ServerState {
     pub fn new(address: SocketAddr, state: AdminState, pool: Pool) -> Self {
         ServerState {
             address,
+            host: None,
             counters: ServerCounters::default(),
             pool,
             admin: AtomicU8::new(admin_code(state)),
@@ -79,6 +82,14 @@ impl ServerState {
             ramp_from: Mutex::new(None),
             ramping: AtomicBool::new(false),
         }
+    }
+
+    /// The server of a config that names it `host` (a DNS name; its pool's TLS handshakes
+    /// send and verify it).
+    pub fn with_host(mut self, host: Option<String>) -> Self {
+        self.pool = self.pool.with_host(host.clone());
+        self.host = host;
+        self
     }
 
     /// The administrative state.
@@ -656,6 +667,12 @@ impl Group {
                 ServerSnapshot {
                     name: m.name.clone(),
                     address: m.state.address.to_string(),
+                    host: m
+                        .state
+                        .host
+                        .as_ref()
+                        .map(|h| format!("{h}:{}", m.state.address.port())),
+                    dns_failures: c.dns_failures.get(),
                     weight: m.weight,
                     max_connections: m.max_connections,
                     backup: m.backup,

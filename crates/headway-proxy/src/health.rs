@@ -45,12 +45,14 @@ pub fn spawn(
         None => state.address,
     };
     tokio::spawn(async move {
+        let target = Target {
+            addr: checked,
+            host: state.host.as_deref(),
+            tls: tls.as_deref(),
+            proxy,
+        };
         loop {
-            let result = tokio::time::timeout(
-                monitor.timeout,
-                check(&monitor.kind, checked, tls.as_deref(), proxy),
-            )
-            .await;
+            let result = tokio::time::timeout(monitor.timeout, check(&monitor.kind, &target)).await;
             let outcome = match result {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(why)) => Err(why),
@@ -77,13 +79,21 @@ pub fn spawn(
     });
 }
 
-/// One check; `Err` says why it failed.
-async fn check(
-    kind: &MonitorKind,
+/// What a monitor checks.
+struct Target<'a> {
+    /// The address connected to.
     addr: SocketAddr,
-    tls: Option<&Connector>,
+    /// The server's DNS name in the config, if any.
+    host: Option<&'a str>,
+    /// TLS to the server (its group's).
+    tls: Option<&'a Connector>,
+    /// The PROXY header each check starts with.
     proxy: Option<crate::proxy_protocol::Version>,
-) -> Result<(), String> {
+}
+
+/// One check; `Err` says why it failed.
+async fn check(kind: &MonitorKind, t: &Target<'_>) -> Result<(), String> {
+    let (addr, tls, proxy) = (t.addr, t.tls, t.proxy);
     let mut stream = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
@@ -95,19 +105,19 @@ async fn check(
             .map_err(|e| format!("PROXY header: {e}"))?;
     }
     match (kind, tls) {
-        (MonitorKind::Http(h), None) => http_check(h, addr, stream).await,
+        (MonitorKind::Http(h), None) => http_check(h, t, stream).await,
         (MonitorKind::Http(h), Some(tls)) => {
             let stream = tls
-                .connect(stream, addr)
+                .connect(stream, addr, t.host)
                 .await
                 .map_err(|e| format!("TLS handshake: {e}"))?;
-            http_check(h, addr, stream).await
+            http_check(h, t, stream).await
         }
         _ => Ok(()),
     }
 }
 
-async fn http_check<S>(h: &HttpMonitor, addr: SocketAddr, stream: S) -> Result<(), String>
+async fn http_check<S>(h: &HttpMonitor, t: &Target<'_>, stream: S) -> Result<(), String>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -115,7 +125,12 @@ where
         .await
         .map_err(|e| format!("handshake: {e}"))?;
     let conn = tokio::spawn(conn);
-    let host = h.host.clone().unwrap_or_else(|| addr.to_string());
+    // The monitor's Host, else the server's name or address with the port checked.
+    let host = match (&h.host, t.host) {
+        (Some(h), _) => h.clone(),
+        (None, Some(name)) => format!("{name}:{}", t.addr.port()),
+        (None, None) => t.addr.to_string(),
+    };
     let req = http::Request::builder()
         .method(h.method.as_str())
         .uri(h.path.as_str())

@@ -19,6 +19,8 @@
 //! - [`limits`]: per-client connection and rate limits;
 //! - [`tcp_profile`]: TCP profiles set on listeners, client and server connections, and the
 //!   start-up check of what the host honours;
+//! - [`resolve`]: servers given by DNS name, looked up when a config is applied and again in
+//!   the background;
 //! - [`listen`]: flood defense at the listener (SYN cookies and backlog checks; the first-byte
 //!   deadline for clients that connect and say nothing is enforced by the HTTP and TLS paths);
 //! - [`tls`]: TLS termination of `https` virtual servers (SNI, resumption, ALPN, client
@@ -53,6 +55,7 @@ pub mod l4;
 pub mod limits;
 pub mod listen;
 pub mod proxy_protocol;
+pub mod resolve;
 pub mod runtime;
 pub mod stats;
 pub mod tcp_profile;

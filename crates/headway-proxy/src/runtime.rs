@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
-use headway_config::adc::{AdcConfig, VirtualServerKind};
+use headway_config::adc::{AdcConfig, ServerAddress, VirtualServerKind};
 use headway_io::stream::Listener as Listening;
 use headway_lb::health::AdminState;
 use parking_lot::Mutex;
@@ -46,6 +46,7 @@ use crate::http::access_log::{LogError, Logger};
 use crate::http::answer::Target;
 use crate::http::route::Router;
 use crate::http::{Slot, VsRuntime, VsShared};
+use crate::resolve::{Resolve, ResolveError, Resolved, SystemResolver};
 use crate::stats::{AdcSnapshot, GroupSnapshot, VirtualServerSnapshot};
 use crate::tls::{Connector, Keys, Session, Terminator};
 use crate::upstream::Pool;
@@ -76,6 +77,9 @@ pub enum ApplyError {
     /// A TCP profile cannot be used on this host (see [`crate::tcp_profile::check`]).
     #[error(transparent)]
     TcpProfile(#[from] crate::tcp_profile::CheckError),
+    /// A server's DNS name gave no address (and the running config had none for it).
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
     /// The data-plane threads could not be started.
     #[error("cannot start the worker threads: {0}")]
     Workers(std::io::Error),
@@ -106,8 +110,8 @@ pub enum StateError {
     },
 }
 
-/// Key of a server's lasting state.
-type ServerKey = (String, String, SocketAddr);
+/// Key of a server's lasting state: group, name, address as written, address connected to.
+type ServerKey = (String, String, ServerAddress, SocketAddr);
 
 /// State kept by name across generations.
 #[derive(Default)]
@@ -126,6 +130,8 @@ struct Lasting {
 struct Generation {
     number: u64,
     config: AdcConfig,
+    /// The address of each server the config names by DNS name.
+    resolved: Resolved,
     groups: Vec<Arc<Group>>,
     virtual_servers: Vec<Arc<VsRuntime>>,
     /// The TLS termination of each virtual server (same order; `https` ones only).
@@ -162,6 +168,8 @@ struct Shared {
     reloads_failed: AtomicU64,
     tracker: Arc<Tracker>,
     seed: u64,
+    /// Looks up servers' DNS names.
+    resolver: Arc<dyn Resolve>,
     /// The data-plane threads; last, so that everything above is dropped before they stop.
     workers: Workers,
 }
@@ -194,10 +202,22 @@ impl Proxy {
         seed: u64,
         workers: usize,
     ) -> Result<Proxy, ApplyError> {
+        Proxy::start_with_resolver(config, seed, workers, Arc::new(SystemResolver)).await
+    }
+
+    /// [`Proxy::start_with`], looking servers' DNS names up with `resolver` instead of the
+    /// system's resolver.
+    pub async fn start_with_resolver(
+        config: AdcConfig,
+        seed: u64,
+        workers: usize,
+        resolver: Arc<dyn Resolve>,
+    ) -> Result<Proxy, ApplyError> {
         let workers = Workers::start(workers).map_err(ApplyError::Workers)?;
         let empty = Generation {
             number: 0,
             config: AdcConfig::default(),
+            resolved: Resolved::new(),
             groups: Vec::new(),
             virtual_servers: Vec::new(),
             terminators: Vec::new(),
@@ -213,6 +233,7 @@ impl Proxy {
                 reloads_failed: AtomicU64::new(0),
                 tracker: Arc::new(Tracker::default()),
                 seed,
+                resolver,
                 workers,
             }),
         };
@@ -393,10 +414,32 @@ impl Proxy {
     }
 
     async fn apply(&self, config: AdcConfig) -> Result<u64, ApplyError> {
+        let _one_at_a_time = self.shared.reload.lock().await;
+        self.apply_locked(config).await
+    }
+
+    /// Applies the running config again if generation `number` still runs: a server's DNS
+    /// name points elsewhere now ([`crate::resolve`]).
+    async fn reapply(&self, number: u64) {
+        let _one_at_a_time = self.shared.reload.lock().await;
+        let current = self.shared.current.load_full();
+        if current.number != number {
+            return;
+        }
+        match self.apply_locked(current.config.clone()).await {
+            Ok(n) => tracing::info!(generation = n, "server addresses from DNS applied"),
+            Err(e) => tracing::warn!(error = %e, "cannot apply server addresses from DNS"),
+        }
+    }
+
+    /// [`Proxy::apply`] while holding the reload lock.
+    async fn apply_locked(&self, config: AdcConfig) -> Result<u64, ApplyError> {
         let sh = &self.shared;
-        let _one_at_a_time = sh.reload.lock().await;
         let number = sh.current.load().number + 1;
-        let (generation, lasting) = self.build(config, number)?;
+        let resolved =
+            crate::resolve::resolve_config(&config, &*sh.resolver, &sh.current.load().resolved)
+                .await?;
+        let (generation, lasting) = self.build(config, number, resolved)?;
         log_tcp_report(&crate::tcp_profile::check(&generation.config)?);
         // Bind what is new before anything changes.
         let mut new_listeners: Vec<(SocketAddr, Vec<std::net::TcpListener>, usize)> = Vec::new();
@@ -474,13 +517,64 @@ impl Proxy {
             );
         }
         drop(listeners);
+        self.watch_names(&generation);
         sh.current.store(generation);
         tracing::info!(generation = number, "configuration applied");
         Ok(number)
     }
 
+    /// Starts, for each group with servers given by DNS name and a `dns_refresh`, a task that
+    /// looks them up again at that interval for as long as `generation` runs, and applies the
+    /// config again when one points elsewhere.
+    fn watch_names(&self, generation: &Generation) {
+        if generation.resolved.is_empty() {
+            return;
+        }
+        for (g, group) in generation.config.groups.iter().zip(&generation.groups) {
+            let named = g.servers.iter().any(|s| s.address.host().is_some());
+            if !named || g.dns_refresh.is_zero() {
+                continue;
+            }
+            let (config, group) = (g.clone(), group.clone());
+            let resolved = generation.resolved.clone();
+            let number = generation.number;
+            let proxy = Arc::downgrade(&self.shared);
+            let mut stop = generation._monitors.subscribe();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(config.dns_refresh) => {}
+                        _ = stop.changed() => return,
+                    }
+                    let Some(shared) = proxy.upgrade() else {
+                        return;
+                    };
+                    if shared.current.load().number != number {
+                        // Replaced; kept alive by connections that started on it.
+                        return;
+                    }
+                    let resolver = shared.resolver.clone();
+                    let failed = |name: &str| {
+                        if let Some(m) = group.members.iter().find(|m| m.name == name) {
+                            m.state.counters.dns_failures.inc();
+                        }
+                    };
+                    if crate::resolve::refresh(&config, &*resolver, &resolved, failed).await {
+                        Proxy { shared }.reapply(number).await;
+                        return;
+                    }
+                }
+            });
+        }
+    }
+
     /// Builds a generation, taking over lasting state by name.
-    fn build(&self, config: AdcConfig, number: u64) -> Result<(Generation, Lasting), ApplyError> {
+    fn build(
+        &self,
+        config: AdcConfig,
+        number: u64,
+        resolved: Resolved,
+    ) -> Result<(Generation, Lasting), ApplyError> {
         let sh = &self.shared;
         let old = sh.lasting.lock();
         let mut next = Lasting::default();
@@ -523,7 +617,11 @@ impl Proxy {
                 g.clone(),
                 gs,
                 |s| {
-                    let key = (g.name.clone(), s.name.clone(), s.address);
+                    let addr = match &s.address {
+                        ServerAddress::Ip(a) => *a,
+                        ServerAddress::Name { .. } => resolved[&(g.name.clone(), s.name.clone())].1,
+                    };
+                    let key = (g.name.clone(), s.name.clone(), s.address.clone(), addr);
                     let st = match old.servers.get(&key) {
                         Some(st) => {
                             st.pool
@@ -534,15 +632,18 @@ impl Proxy {
                             }
                             st.clone()
                         }
-                        None => Arc::new(ServerState::new(
-                            s.address,
-                            s.state,
-                            Pool::new(
-                                g.pool_max_idle as usize,
-                                g.pool_idle_timeout,
-                                sh.workers.len(),
-                            ),
-                        )),
+                        None => Arc::new(
+                            ServerState::new(
+                                addr,
+                                s.state,
+                                Pool::new(
+                                    g.pool_max_idle as usize,
+                                    g.pool_idle_timeout,
+                                    sh.workers.len(),
+                                ),
+                            )
+                            .with_host(s.address.host().map(str::to_string)),
+                        ),
                     };
                     st.pool.set_tls(connector.clone());
                     next.servers.insert(key, st.clone());
@@ -630,6 +731,7 @@ impl Proxy {
             Generation {
                 number,
                 config,
+                resolved,
                 groups,
                 virtual_servers,
                 terminators,

@@ -310,6 +310,8 @@ pub struct ServerCounters {
     pub checks_failed: Counter,
     /// Times passive health took the server out (`max_fails` failed requests in a row).
     pub ejections: Counter,
+    /// Lookups of its DNS name that failed in the background (its address stayed).
+    pub dns_failures: Counter,
 }
 
 /// Everything the proxy reports: configuration summary, state and counters.
@@ -492,8 +494,15 @@ pub struct GroupSnapshot {
 pub struct ServerSnapshot {
     /// Its name.
     pub name: String,
-    /// Its address.
+    /// The address it is connected to.
     pub address: String,
+    /// The DNS name and port the config gives for it (`address` is what the name resolved
+    /// to); `None` for a server given by IP address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Background lookups of its DNS name that failed (its address stayed).
+    #[serde(default)]
+    pub dns_failures: u64,
     /// Its weight.
     pub weight: u32,
     /// Its request limit (0 = none).

@@ -102,6 +102,8 @@ pub struct ProxyHeader {
 pub struct Pool {
     idle: Box<[CacheLine<Mutex<Vec<Conn>>>]>,
     tls: arc_swap::ArcSwapOption<Connector>,
+    /// The server's DNS name, sent and verified in TLS handshakes (see [`Connector::connect`]).
+    host: Option<String>,
     max_idle: AtomicUsize,
     idle_timeout_ms: AtomicU64,
 }
@@ -124,9 +126,17 @@ impl Pool {
                 .map(|_| CacheLine(Mutex::new(Vec::new())))
                 .collect(),
             tls: arc_swap::ArcSwapOption::empty(),
+            host: None,
             max_idle: AtomicUsize::new(max_idle),
             idle_timeout_ms: AtomicU64::new(idle_timeout.as_millis() as u64),
         }
+    }
+
+    /// The pool of a server the config names by `host` (a DNS name): TLS handshakes send and
+    /// verify it.
+    pub fn with_host(mut self, host: Option<String>) -> Self {
+        self.host = host;
+        self
     }
 
     /// Applies new limits (a reload); excess idle connections are closed.
@@ -231,7 +241,12 @@ impl Pool {
         let stream = match self.tls.load_full() {
             None => ServerStream::Plain(stream),
             Some(tls) => {
-                match tokio::time::timeout(connect_timeout, tls.connect(stream, addr)).await {
+                match tokio::time::timeout(
+                    connect_timeout,
+                    tls.connect(stream, addr, self.host.as_deref()),
+                )
+                .await
+                {
                     Ok(Ok(s)) => s,
                     Ok(Err(source)) => return Err(ConnectError::Tls { addr, source }),
                     Err(_) => return Err(ConnectError::Timeout(addr)),

@@ -54,6 +54,10 @@ mod proxy_protocol;
 #[path = "adc/rotation.rs"]
 mod rotation;
 
+/// Servers given by DNS name.
+#[path = "adc/dns.rs"]
+mod dns;
+
 /// The request body limit (413).
 #[path = "adc/body_limit.rs"]
 mod body_limit;

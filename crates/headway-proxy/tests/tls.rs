@@ -531,11 +531,10 @@ async fn client_certificates_required_and_optional() {
     assert_eq!(failures(&tls(&p), "client_certificate"), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tls_to_servers_is_verified_and_reused() {
-    // The server: an https virtual server for backend.internal before an origin.
-    let pki = Pki::new();
-    pki.issue("backend", &["backend.internal"], "Backend", false);
+/// A server that speaks TLS: an `https` virtual server whose certificate holds `name` alone,
+/// before an origin named `behind-tls`; the proxy, its address and the origin's.
+async fn tls_backend(pki: &Pki, name: &str) -> (Proxy, SocketAddr, SocketAddr) {
+    pki.issue("backend", &[name], "Backend", false);
     let o = origin("behind-tls").await;
     let backend_text = format!(
         "{}{}{}",
@@ -543,7 +542,15 @@ async fn tls_to_servers_is_verified_and_reused() {
         group("origin", o, ""),
         https("origin", "certificates = [\"backend\"]")
     );
-    let (backend, backend_addr) = start(&pki, &backend_text).await;
+    let (backend, addr) = start(pki, &backend_text).await;
+    (backend, addr, o)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_to_servers_is_verified_and_reused() {
+    // The server: an https virtual server for backend.internal before an origin.
+    let pki = Pki::new();
+    let (backend, backend_addr, o) = tls_backend(&pki, "backend.internal").await;
 
     // The proxy under test: cleartext in, TLS to the server, verified against the CA; its
     // HTTP monitor checks over TLS too.
@@ -620,24 +627,13 @@ async fn tls_to_servers_is_verified_and_reused() {
     ));
     for text in [wrong_name, wrong_ca] {
         let (p, addr) = start(&pki, &text).await;
-        until(&p, "a failed TLS health check", |s| {
-            s.groups[0].servers[0].checks_failed > 0
-        })
-        .await;
-        assert_eq!(p.snapshot().groups[0].servers[0].health, "down");
+        down_by_a_failed_check(&p).await;
         // Down by its monitor, then by the handshake when the monitor is off.
         let text = text.replace("monitor = \"check\"\n", "");
         p.replace(Config::parse(&text, &pki.config_path()).unwrap().adc)
             .await
             .unwrap();
-        let url = format!("http://{addr}/echo");
-        let (_, out) = run(
-            "curl",
-            &["-sS", "-o", "/dev/null", "-w", "%{http_code}", &url],
-            b"",
-        )
-        .await;
-        assert_eq!(out.trim(), "503", "{out}");
+        assert_eq!(status_of(&format!("http://{addr}/echo")).await, "503");
         assert_eq!(p.snapshot().groups[0].servers[0].connect_failures, 1);
     }
     assert!(
@@ -645,6 +641,71 @@ async fn tls_to_servers_is_verified_and_reused() {
         "{:?}",
         tls(&backend)
     );
+}
+
+/// A server given by DNS name is sent and verified by that name (no `server_name` in the
+/// group), by requests and by its HTTP monitor; by its IP address the same certificate fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_to_a_server_given_by_name_sends_and_verifies_the_name() {
+    let pki = Pki::new();
+    let (backend, backend_addr, _) = tls_backend(&pki, "localhost").await;
+    let ca = pki.path("ca.pem").display().to_string();
+    let front_text = |server: &str| {
+        format!(
+            "[[monitor]]\nname = \"check\"\nkind = \"http\"\npath = \"/healthz\"\n\
+             interval = \"100ms\"\nrise = 1\nfall = 1\n\
+             [[server_group]]\nname = \"secure\"\nretries = 0\nmonitor = \"check\"\n\
+             [server_group.tls]\nca_file = \"{ca}\"\n\
+             [[server_group.server]]\naddress = \"{server}\"\n\
+             [[virtual_server]]\nname = \"plain\"\nkind = \"http\"\nlisten = \"127.0.0.1:0\"\n\
+             group = \"secure\"\n"
+        )
+    };
+    let (p, addr) = start(
+        &pki,
+        &front_text(&format!("localhost:{}", backend_addr.port())),
+    )
+    .await;
+    until(&p, "a passed TLS health check", |s| {
+        s.groups[0].servers[0].checks_ok > 0
+    })
+    .await;
+    let url = format!("http://{addr}/echo");
+    for _ in 0..2 {
+        let (ok, out) = run("curl", &["-sS", "--max-time", "20", &url], b"").await;
+        assert!(ok, "{out}");
+        assert!(out.contains(r#""server":"behind-tls""#), "{out}");
+    }
+    assert_eq!(
+        tls(&backend).sni_default,
+        0,
+        "every handshake named localhost"
+    );
+    assert!(tls(&backend).handshakes() >= 2);
+
+    let (p, addr) = start(&pki, &front_text(&backend_addr.to_string())).await;
+    down_by_a_failed_check(&p).await;
+    assert_eq!(status_of(&format!("http://{addr}/echo")).await, "503");
+}
+
+/// Waits for the first server's failed TLS health check, then checks that it is down.
+async fn down_by_a_failed_check(p: &Proxy) {
+    until(p, "a failed TLS health check", |s| {
+        s.groups[0].servers[0].checks_failed > 0
+    })
+    .await;
+    assert_eq!(p.snapshot().groups[0].servers[0].health, "down");
+}
+
+/// The status of a GET of `url` (curl's).
+async fn status_of(url: &str) -> String {
+    let (_, out) = run(
+        "curl",
+        &["-sS", "-o", "/dev/null", "-w", "%{http_code}", url],
+        b"",
+    )
+    .await;
+    out.trim().to_string()
 }
 
 /// A connection's last answer is kept for its close and sent with the close_notify and the

@@ -434,3 +434,65 @@ fn numbers_out_of_range_name_the_range() {
     );
     assert_err("[runtime]\nworkers = 0\n", 2, 11, &["use 1 to 256"]);
 }
+
+#[test]
+fn servers_may_be_given_by_dns_name_with_the_groups_lookup_settings() {
+    let text = format!(
+        "{VS}[[server_group]]\nname = \"web\"\ndns_refresh = \"5s\"\ndns_prefer = \"ipv6\"\n\
+         [[server_group.server]]\naddress = \"App1.Internal:8080\"\n\
+         [[server_group.server]]\naddress = \"10.0.0.5:80\"\n"
+    );
+    let c = parse(&text);
+    let g = c.adc.group("web").unwrap();
+    assert_eq!(g.dns_refresh, Duration::from_secs(5));
+    assert_eq!(g.dns_prefer, DnsPrefer::Ipv6);
+    assert_eq!(
+        g.servers[0].address,
+        ServerAddress::Name {
+            host: "app1.internal".into(),
+            port: 8080
+        }
+    );
+    // The default name is the address as it is used.
+    assert_eq!(g.servers[0].name, "app1.internal:8080");
+    assert_eq!(
+        g.servers[1].address,
+        ServerAddress::Ip("10.0.0.5:80".parse().unwrap())
+    );
+    let defaults = parse(&format!("{VS}{GROUP}"));
+    let g = defaults.adc.group("web").unwrap();
+    assert_eq!(
+        (g.dns_refresh, g.dns_prefer),
+        (Duration::from_secs(30), DnsPrefer::Ipv4)
+    );
+}
+
+#[test]
+fn a_bad_server_address_or_dns_setting_is_refused_where_it_is() {
+    let bad = |address: &str| {
+        format!(
+            "{VS}[[server_group]]\nname = \"web\"\n[[server_group.server]]\n\
+             address = \"{address}\"\n"
+        )
+    };
+    assert_err(
+        &bad("app1.internal"),
+        9,
+        11,
+        &[
+            "group `web`: server address `app1.internal` has no port",
+            "app1.internal:8080",
+        ],
+    );
+    assert_err(&bad("http://app1:80"), 9, 11, &["is a URL"]);
+    assert_err(&bad("10.0.0.300:80"), 9, 11, &["not a valid IPv4 address"]);
+    assert_err(
+        &format!(
+            "{VS}[[server_group]]\nname = \"web\"\ndns_prefer = \"both\"\n\
+             [[server_group.server]]\naddress = \"127.0.0.1:8080\"\n"
+        ),
+        8,
+        14,
+        &["unknown dns_prefer `both`", "\"ipv4\" or \"ipv6\""],
+    );
+}

@@ -55,7 +55,7 @@ pub struct MonitorSection {
     /// HTTP only: the request path, starting with `/`. Default: `"/"`.
     pub path: Option<Spanned<String>>,
     /// HTTP only: the `Host` header. Default: the address checked (the server's, with the
-    /// monitor's `port` if it has one).
+    /// monitor's `port` if it has one; a server given by DNS name is checked with its name).
     pub host: Option<Spanned<String>>,
     /// HTTP only: the statuses that count as healthy: `"200-399"`, `"200"`, `"200,204,300-399"`.
     /// Default: `"200-399"`.
@@ -122,6 +122,14 @@ pub struct ServerGroupSection {
     /// least connection. For `round-robin`, `least-connection` and `least-response-time`; hashing
     /// methods keep their keys where they are. `"0s"` = off. Default: `"0s"`.
     pub slow_start: Option<Spanned<DurationValue>>,
+    /// How often the DNS names among the servers' addresses are resolved again (`"30s"`);
+    /// `"0s"` = only when a config is applied (start, reload). A failed lookup keeps the last
+    /// address and is counted. Default: `"30s"`.
+    pub dns_refresh: Option<Spanned<DurationValue>>,
+    /// For a server name that has both IPv4 and IPv6 addresses, which to connect to: `"ipv4"`
+    /// or `"ipv6"` (the other family is used when the name has none of this one). Default:
+    /// `"ipv4"`.
+    pub dns_prefer: Option<Spanned<String>>,
     /// Start every connection to the servers with a PROXY protocol header (HAProxy's) naming
     /// the client and the address it connected to: `"v1"` (text) or `"v2"` (binary). For
     /// servers that need the client's address below HTTP: a `tcp` virtual server's servers
@@ -175,7 +183,15 @@ pub struct PersistenceSection {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerSection {
-    /// The server's socket address, `"10.0.0.5:80"` or `"[2001:db8::5]:80"`. Required.
+    /// Where the server listens: an IP address and a port (`"10.0.0.5:80"`,
+    /// `"[2001:db8::5]:80"`) or a DNS name and a port (`"app1.internal:80"`). A name is resolved
+    /// by the system's resolver (`/etc/hosts`, then DNS) when the config is applied — a name
+    /// that does not resolve then refuses the config, unless the running one already has an
+    /// address for it, which is kept — and again every `dns_refresh` of the group; when its
+    /// address changes, new requests go to the new one without dropping a connection (as a
+    /// reload does). A name with several addresses: the one in use stays while the name still
+    /// has it, else the first of the group's `dns_prefer` family. TLS to a named server sends
+    /// and verifies the name (unless the group sets `server_name`). Required.
     pub address: Spanned<String>,
     /// Its name in the admin API, metrics and logs: letters, digits, `-`, `_`, `.`, `:`, `[`,
     /// `]`; unique in the group. Default: the address.

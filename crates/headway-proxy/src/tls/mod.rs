@@ -588,7 +588,8 @@ pub fn certificates(config: &AdcConfig) -> Vec<CertificateSnapshot> {
 #[derive(Debug)]
 pub struct Connector {
     config: Arc<ClientConfig>,
-    /// The name sent and verified; `None` = each server's IP address.
+    /// The name sent and verified; `None` = each server's DNS name in the config, or its IP
+    /// address.
     server_name: Option<ServerName<'static>>,
 }
 
@@ -622,12 +623,20 @@ impl Connector {
         })
     }
 
-    /// The TLS handshake with the server at `addr` over `tcp`. Not bounded in time here: the
-    /// caller bounds connect and handshake together.
-    pub async fn connect(&self, tcp: TcpStream, addr: SocketAddr) -> io::Result<ServerStream> {
+    /// The TLS handshake with the server at `addr` over `tcp`, which the config names `host`
+    /// (a DNS name) or not. The name sent and verified is the group's `server_name`, else
+    /// `host`, else the IP address. Not bounded in time here: the caller bounds connect and
+    /// handshake together.
+    pub async fn connect(
+        &self,
+        tcp: TcpStream,
+        addr: SocketAddr,
+        host: Option<&str>,
+    ) -> io::Result<ServerStream> {
         let name = self
             .server_name
             .clone()
+            .or_else(|| host.and_then(|h| ServerName::try_from(h.to_string()).ok()))
             .unwrap_or_else(|| ServerName::IpAddress(addr.ip().into()));
         let s = tokio_rustls::TlsConnector::from(self.config.clone())
             .connect(name, tcp)
