@@ -31,7 +31,7 @@ use crate::file::{
 };
 use crate::suggest::did_you_mean;
 use crate::tls::{Certificate, GroupTls, VsTls};
-use crate::wanopt::{resolve, socket};
+use crate::wanopt::{resolve, socket, Cidr};
 
 pub mod action;
 pub mod address;
@@ -413,6 +413,11 @@ pub enum Condition {
     PathExtension(Vec<String>),
     /// The method is one of these.
     Method(Vec<String>),
+    /// The client's address (the PROXY header's, when the virtual server takes them) is in one
+    /// of these networks.
+    Source(Vec<Cidr>),
+    /// The client's address is in none of these networks.
+    SourceNot(Vec<Cidr>),
     /// A header (name lower case) is present and its value matches.
     Header {
         /// The header's name, lower case.
@@ -1422,18 +1427,7 @@ fn virtual_server(
                         .into(),
                 ))
             }
-            Some(list) => list
-                .get_ref()
-                .iter()
-                .map(|c| {
-                    c.get_ref().parse::<crate::wanopt::Cidr>().map_err(|m| {
-                        invalid(
-                            origin.locate(Some(c.span())),
-                            format!("proxy_protocol_from: {m}"),
-                        )
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?,
+            Some(list) => cidrs(list, "proxy_protocol_from", origin)?,
         },
         http2: v.http2.unwrap_or(true),
         upgrades: v.upgrades.unwrap_or(true),
@@ -1565,6 +1559,8 @@ fn rule(
             path_extension: &r.path_extension,
             method: &r.method,
             header: &r.header,
+            source: &r.source,
+            source_not: &r.source_not,
         },
         &format!("rule `{name}`"),
         origin,
@@ -1574,7 +1570,8 @@ fn rule(
             origin.locate(Some(rule_span(r))),
             format!(
                 "rule `{name}` has no condition and would match every request: add one (host, \
-                 path, path_prefix, path_contains, path_regex, path_extension, method, header), \
+                 path, path_prefix, path_contains, path_regex, path_extension, method, header, \
+                 source, source_not), \
                  or set the virtual server's `group` instead"
             ),
         ));
@@ -1610,6 +1607,8 @@ fn rule_span(r: &AdcRuleSection) -> std::ops::Range<usize> {
         .or_else(|| r.path_extension.as_ref().map(Spanned::span))
         .or_else(|| r.method.as_ref().map(Spanned::span))
         .or_else(|| r.header.as_ref().map(Spanned::span))
+        .or_else(|| r.source.as_ref().map(Spanned::span))
+        .or_else(|| r.source_not.as_ref().map(Spanned::span))
         .unwrap_or(0..0)
 }
 
@@ -1623,6 +1622,31 @@ pub(crate) struct ConditionFields<'a> {
     pub path_extension: &'a Option<Spanned<Vec<String>>>,
     pub method: &'a Option<Spanned<Vec<String>>>,
     pub header: &'a Option<Spanned<crate::file::HeaderMatchSection>>,
+    pub source: &'a Option<Spanned<Vec<Spanned<String>>>>,
+    pub source_not: &'a Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+/// A list of networks (`["10.0.0.0/8", "192.0.2.10"]`), at least one; `field` names it in
+/// messages.
+fn cidrs(
+    list: &Spanned<Vec<Spanned<String>>>,
+    field: &str,
+    origin: &Origin,
+) -> Result<Vec<Cidr>, ConfigError> {
+    if list.get_ref().is_empty() {
+        return Err(invalid(
+            origin.locate(Some(list.span())),
+            format!("{field} needs at least one network, e.g. [\"10.0.0.0/8\"]"),
+        ));
+    }
+    list.get_ref()
+        .iter()
+        .map(|c| {
+            c.get_ref()
+                .parse::<Cidr>()
+                .map_err(|m| invalid(origin.locate(Some(c.span())), format!("{field}: {m}")))
+        })
+        .collect()
 }
 
 /// Checks and compiles the conditions in `f`; `what` names the rule or policy in messages
@@ -1733,6 +1757,20 @@ pub(crate) fn conditions(
             name: hs.name.get_ref().to_ascii_lowercase(),
             value,
         });
+    }
+    if let Some(l) = f.source {
+        conditions.push(Condition::Source(cidrs(
+            l,
+            &format!("{what}: source"),
+            origin,
+        )?));
+    }
+    if let Some(l) = f.source_not {
+        conditions.push(Condition::SourceNot(cidrs(
+            l,
+            &format!("{what}: source_not"),
+            origin,
+        )?));
     }
     Ok(conditions)
 }

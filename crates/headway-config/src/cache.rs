@@ -419,6 +419,8 @@ fn policy(
             path_extension: &p.path_extension,
             method: &p.method,
             header: &p.header,
+            source: &None,
+            source_not: &None,
         },
         &format!("cache policy `{name}`"),
         origin,

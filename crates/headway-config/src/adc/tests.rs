@@ -496,3 +496,39 @@ fn a_bad_server_address_or_dns_setting_is_refused_where_it_is() {
         &["unknown dns_prefer `both`", "\"ipv4\" or \"ipv6\""],
     );
 }
+
+#[test]
+fn rules_may_match_the_clients_network() {
+    let text = format!(
+        "{GROUP}{VS}[[virtual_server.rule]]\nname = \"admin\"\npath_prefix = \"/admin\"\n\
+         source_not = [\"10.0.0.0/8\", \"2001:db8::/32\"]\nrespond = {{ status = 403 }}\n\
+         [[virtual_server.rule]]\nname = \"office\"\nsource = [\"192.0.2.10\"]\ngroup = \"web\"\n"
+    );
+    let c = parse(&text);
+    let rules = &c.adc.virtual_servers[0].rules;
+    assert_eq!(
+        rules[0].conditions[1],
+        Condition::SourceNot(vec![
+            "10.0.0.0/8".parse().unwrap(),
+            "2001:db8::/32".parse().unwrap()
+        ])
+    );
+    assert_eq!(
+        rules[1].conditions,
+        [Condition::Source(vec!["192.0.2.10/32".parse().unwrap()])]
+    );
+    let rule =
+        |field: &str| format!("{GROUP}{VS}[[virtual_server.rule]]\n{field}\ngroup = \"web\"\n");
+    assert_err(
+        &rule("source = [\"10.0.0.300/8\"]"),
+        11,
+        11,
+        &["rule `rule-1`: source: `10.0.0.300/8` is not an address or network"],
+    );
+    assert_err(
+        &rule("source_not = []"),
+        11,
+        14,
+        &["source_not needs at least one network"],
+    );
+}

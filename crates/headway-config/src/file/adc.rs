@@ -508,6 +508,15 @@ pub struct RuleSection {
     /// A header is present (`{ name = "X-Beta" }`), equals a value (`value = "1"`), or matches a
     /// regular expression (`regex = "^1"`).
     pub header: Option<Spanned<HeaderMatchSection>>,
+    /// The client's address is in one of these networks (`["10.0.0.0/8", "2001:db8::/32",
+    /// "192.0.2.10"]`). Behind a balancer that sends PROXY headers (`accept_proxy_protocol`),
+    /// the address the header names. With `respond = { status = 403 }` and `source_not`, an
+    /// access list.
+    pub source: Option<Spanned<Vec<Spanned<String>>>>,
+    /// The client's address is in none of these networks (`source_not = ["10.0.0.0/8"]` with
+    /// `path_prefix = "/admin"` and `respond = { status = 403 }`: the admin pages only from
+    /// inside).
+    pub source_not: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 /// A rule's header condition.

@@ -109,7 +109,7 @@ impl Policies {
             if !p
                 .conditions
                 .iter()
-                .all(|c| route::matches(c, req, host.as_deref(), path))
+                .all(|c| route::matches(c, req, host.as_deref(), path, None))
             {
                 continue;
             }

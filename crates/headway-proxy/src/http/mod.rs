@@ -1121,7 +1121,7 @@ async fn phases(
         ));
     }
     // 2 route
-    let (target, rule) = vs.router.route(&parts);
+    let (target, rule) = vs.router.route(&parts, conn.peer.ip());
     if let Some(hits) = rule.and_then(|i| vs.rule_hits.get(i)) {
         hits.inc();
     }

@@ -2,9 +2,11 @@
 //!
 //! [`Router`] holds a virtual server's rules in file order and its default group; [`Router::route`]
 //! returns the first rule whose every condition holds (or the default). Pure: it reads the
-//! request's method, host, path and headers and nothing else. Host is the `Host` header (or the
+//! request's method, host, path and headers, and the client's address, and nothing else. Host is the `Host` header (or the
 //! URI's authority for HTTP/2), lower-cased, port removed; path is the URI path before `?`,
 //! compared as received (not percent-decoded, as NetScaler and HAProxy compare it).
+
+use std::net::IpAddr;
 
 use headway_config::adc::{Condition, Rule, ValueMatch};
 use http::request::Parts;
@@ -22,9 +24,9 @@ impl<T> Router<T> {
         Router { rules, default }
     }
 
-    /// The target of a request, and the matching rule's index in file order (`None` for the
-    /// default).
-    pub fn route(&self, req: &Parts) -> (&T, Option<usize>) {
+    /// The target of a request from `client`, and the matching rule's index in file order
+    /// (`None` for the default).
+    pub fn route(&self, req: &Parts, client: IpAddr) -> (&T, Option<usize>) {
         if self.rules.is_empty() {
             return (&self.default, None);
         }
@@ -34,7 +36,7 @@ impl<T> Router<T> {
             if rule
                 .conditions
                 .iter()
-                .all(|c| matches(c, req, host.as_deref(), path))
+                .all(|c| matches(c, req, host.as_deref(), path, Some(client)))
             {
                 return (target, Some(i));
             }
@@ -69,10 +71,19 @@ pub fn host_of(req: &Parts) -> Option<String> {
     Some(host.to_ascii_lowercase())
 }
 
-/// Whether condition `c` holds for `req` (`host` as [`host_of`] gives it, `path` the URI path);
-/// the cache policies use it too.
-pub(crate) fn matches(c: &Condition, req: &Parts, host: Option<&str>, path: &str) -> bool {
+/// Whether condition `c` holds for `req` (`host` as [`host_of`] gives it, `path` the URI path)
+/// from `client` (`None`: not known, and no client condition holds); the cache policies use it
+/// too.
+pub(crate) fn matches(
+    c: &Condition,
+    req: &Parts,
+    host: Option<&str>,
+    path: &str,
+    client: Option<IpAddr>,
+) -> bool {
     match c {
+        Condition::Source(nets) => client.is_some_and(|ip| nets.iter().any(|n| n.contains(ip))),
+        Condition::SourceNot(nets) => client.is_some_and(|ip| !nets.iter().any(|n| n.contains(ip))),
         Condition::Host(h) => host == Some(h.as_str()),
         Condition::HostSuffix(s) => host.is_some_and(|h| h.ends_with(s.as_str())),
         Condition::Path(p) => path == p,
@@ -160,7 +171,8 @@ mod tests {
             ],
             0,
         );
-        let t = |m: &str, u: &str, h: &[(&str, &str)]| *r.route(&parts(m, u, h)).0;
+        let client: IpAddr = "192.0.2.1".parse().unwrap();
+        let t = |m: &str, u: &str, h: &[(&str, &str)]| *r.route(&parts(m, u, h), client).0;
         assert_eq!(t("GET", "/a/b.JPG?x=1", &[]), 1);
         assert_eq!(t("POST", "/a/b.jpg", &[]), 0);
         assert_eq!(t("GET", "/sites/_layouts/MySite.aspx", &[]), 2);
@@ -171,8 +183,48 @@ mod tests {
         assert_eq!(t("GET", "/v2/x", &[]), 5);
         assert_eq!(t("GET", "/v2", &[]), 0);
         assert_eq!(t("GET", "/dir.jpg/file", &[]), 0);
-        assert_eq!(r.route(&parts("GET", "/v2/x", &[])).1, Some(4));
-        assert_eq!(r.route(&parts("GET", "/", &[])).1, None);
+        assert_eq!(r.route(&parts("GET", "/v2/x", &[]), client).1, Some(4));
+        assert_eq!(r.route(&parts("GET", "/", &[]), client).1, None);
+    }
+
+    #[test]
+    fn source_conditions_read_the_clients_address() {
+        let nets = |l: &[&str]| -> Vec<headway_config::wanopt::Cidr> {
+            l.iter().map(|c| c.parse().unwrap()).collect()
+        };
+        let r = Router::new(
+            vec![
+                (
+                    rule(
+                        "admin-outside",
+                        vec![
+                            Condition::PathPrefix("/admin".into()),
+                            Condition::SourceNot(nets(&["10.0.0.0/8", "2001:db8::/32"])),
+                        ],
+                    ),
+                    1,
+                ),
+                (
+                    rule("office", vec![Condition::Source(nets(&["192.0.2.0/24"]))]),
+                    2,
+                ),
+            ],
+            0,
+        );
+        let t = |path: &str, ip: &str| *r.route(&parts("GET", path, &[]), ip.parse().unwrap()).0;
+        assert_eq!(t("/admin/x", "203.0.113.5"), 1);
+        assert_eq!(t("/admin/x", "10.1.2.3"), 0);
+        assert_eq!(t("/admin/x", "2001:db8::7"), 0);
+        // An IPv4 client on an IPv6 socket is matched as IPv4.
+        assert_eq!(t("/admin/x", "::ffff:10.1.2.3"), 0);
+        assert_eq!(t("/admin/x", "2001:db9::7"), 1);
+        assert_eq!(t("/x", "192.0.2.77"), 2);
+        assert_eq!(t("/x", "192.0.3.77"), 0);
+        // Without a client address (the cache's policies) neither kind holds.
+        let req = parts("GET", "/admin", &[]);
+        for c in &r.rules().next().unwrap().0.conditions[1..] {
+            assert!(!matches(c, &req, None, "/admin", None));
+        }
     }
 
     #[test]

@@ -181,3 +181,64 @@ async fn a_reload_puts_a_site_into_maintenance_and_back() {
     assert!(a.starts_with("http/1.1 200"), "{a}");
     assert_eq!(get(&c, addr, "/healthz").await.origin(), "o");
 }
+
+/// An access list from rules: `/admin` only from inside (`source_not` … `respond 403`), and a
+/// partner network sent to its own group (`source`), with clients named by PROXY headers so
+/// that they can come from anywhere on one loopback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_on_the_clients_address_make_an_access_list() {
+    let (inside, partner) = (
+        Origin::start("inside", Duration::ZERO).await,
+        Origin::start("partner", Duration::ZERO).await,
+    );
+    let text = format!(
+        "{}{}{}\
+         [[virtual_server.rule]]\nname = \"admin-outside\"\npath_prefix = \"/admin\"\n\
+         source_not = [\"10.0.0.0/8\", \"2001:db8::/32\"]\n\
+         respond = {{ status = 403, body = \"inside only\" }}\n\
+         [[virtual_server.rule]]\nname = \"partner\"\nsource = [\"198.51.100.0/24\"]\n\
+         group = \"partner\"\n",
+        group("inside", "", &[(inside.addr, "")]),
+        group("partner", "", &[(partner.addr, "")]),
+        vs("inside", "accept_proxy_protocol = true"),
+    );
+    let (p, addr) = proxy(&text).await;
+    let ask = |client: &str, path: &str| {
+        let family = if client.contains(':') { "TCP6" } else { "TCP4" };
+        let to = if client.contains(':') {
+            "2001:db8::1"
+        } else {
+            "10.0.0.1"
+        };
+        format!(
+            "PROXY {family} {client} {to} 40000 80\r\nGET {path} HTTP/1.1\r\nHost: x\r\n\
+             Connection: close\r\n\r\n"
+        )
+    };
+    let cases = [
+        ("203.0.113.9", "/admin/users", "403", "inside only"),
+        // Let through: the origin has no /admin and says so.
+        ("10.20.30.40", "/admin/users", "404", "X-Origin: inside"),
+        ("2001:db8::42", "/admin/", "404", "X-Origin: inside"),
+        ("2001:db9::42", "/admin/", "403", "inside only"),
+        ("203.0.113.9", "/echo", "200", "X-Origin: inside"),
+        ("198.51.100.7", "/echo", "200", "X-Origin: partner"),
+        ("198.51.100.7", "/admin", "403", "inside only"),
+    ];
+    for (client, path, status, says) in cases {
+        let answer = raw(addr, ask(client, path).as_bytes()).await;
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{client} {path}: {answer}"
+        );
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains(&says.to_ascii_lowercase()),
+            "{client} {path}: {answer}"
+        );
+    }
+    let s = p.snapshot();
+    assert_eq!(s.virtual_servers[0].rule_hits, [3, 1]);
+    assert_eq!(s.groups[1].servers[0].requests, 1);
+}
