@@ -35,8 +35,10 @@ use crate::wanopt::{resolve, socket, Cidr};
 
 pub mod action;
 pub mod address;
+pub mod error_page;
 pub use action::{Action, LocationPart, Redirect, RequestTarget, Respond};
 pub use address::{DnsPrefer, ServerAddress};
+pub use error_page::ErrorPage;
 
 /// Default time between two health checks of one server: 5 s.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
@@ -283,6 +285,8 @@ pub struct VirtualServer {
     pub max_header_bytes: usize,
     /// Largest request body (HTTP); `None` = no limit.
     pub max_body_bytes: Option<u64>,
+    /// Pages for the errors the proxy answers itself (HTTP).
+    pub error_pages: Vec<ErrorPage>,
     /// Most request header fields (HTTP; 1–1000).
     pub max_headers: usize,
     /// Connections at once per client address; 0 = unlimited.
@@ -1325,6 +1329,15 @@ fn virtual_server(
                 ),
             ));
         }
+        if let Some(e) = v.error_page.first() {
+            return Err(invalid(
+                at(e.status.span()),
+                format!(
+                    "virtual server `{name}` is `tcp`: error pages are HTTP answers; remove \
+                     them or use kind = \"http\""
+                ),
+            ));
+        }
     }
     let max_header_bytes = match &v.max_header_bytes {
         None => 32 * 1024,
@@ -1387,6 +1400,7 @@ fn virtual_server(
             origin,
         )?,
         max_header_bytes,
+        error_pages: error_page::error_pages(&v.error_page, &name, origin)?,
         max_body_bytes: match &v.max_body_bytes {
             None => None,
             Some(b) if b.get_ref().bytes() > 0 => Some(b.get_ref().bytes()),

@@ -60,7 +60,7 @@ mod cache;
 pub use cache::{CachePolicySection, CacheSection, ContentGroupSection};
 mod tcp;
 pub use adc::{
-    CertificateSection, CompressionSection, GroupTlsSection, HeaderMatchSection,
+    CertificateSection, CompressionSection, ErrorPageSection, GroupTlsSection, HeaderMatchSection,
     HeaderRulesSection, MonitorSection, PersistenceSection, RedirectSection, RespondSection,
     RuleSection as AdcRuleSection, RuntimeSection, ServerGroupSection, ServerSection,
     VirtualServerSection, VsTlsSection,

@@ -356,25 +356,33 @@ fn respond(r: &RespondSection, what: &str, origin: &Origin) -> Result<Respond, C
         None if bodiless => String::new(),
         None => format!("{reason}\n"),
     };
-    let content_type = match &r.content_type {
-        None => "text/plain; charset=utf-8".to_string(),
-        Some(c) if valid_media_type(c.get_ref()) => c.get_ref().clone(),
-        Some(c) => {
-            return Err(invalid(
-                origin.locate(Some(c.span())),
-                format!(
-                    "{what}: content_type `{}` is not a media type: write it as \
-                     \"text/html; charset=utf-8\"",
-                    c.get_ref()
-                ),
-            ))
-        }
-    };
+    let content_type = media_type(&r.content_type, "text/plain; charset=utf-8", what, origin)?;
     Ok(Respond {
         status,
         body,
         content_type,
     })
+}
+
+/// A `content_type` field: checked, or `default` when absent; `what` names its owner.
+pub(crate) fn media_type(
+    field: &Option<Spanned<String>>,
+    default: &str,
+    what: &str,
+    origin: &Origin,
+) -> Result<String, ConfigError> {
+    match field {
+        None => Ok(default.to_string()),
+        Some(c) if valid_media_type(c.get_ref()) => Ok(c.get_ref().clone()),
+        Some(c) => Err(invalid(
+            origin.locate(Some(c.span())),
+            format!(
+                "{what}: content_type `{}` is not a media type: write it as \
+                 \"text/html; charset=utf-8\"",
+                c.get_ref()
+            ),
+        )),
+    }
 }
 
 /// `type/subtype`, optionally with parameters, in visible ASCII and spaces.

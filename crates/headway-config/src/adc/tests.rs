@@ -532,3 +532,61 @@ fn rules_may_match_the_clients_network() {
         &["source_not needs at least one network"],
     );
 }
+
+#[test]
+fn error_pages_are_read_and_checked_when_the_config_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("down.html"), "<h1>down</h1>").unwrap();
+    std::fs::write(dir.path().join("big.html"), vec![b'x'; 64 * 1024 + 1]).unwrap();
+    let config = dir.path().join("adc.toml");
+    let page = |body: &str| format!("{GROUP}{VS}[[virtual_server.error_page]]\n{body}\n");
+    let parse_at = |text: &str| Config::parse(text, &config.display().to_string());
+    // Relative to the config file.
+    let c = parse_at(&page("status = [502, 503]\nfile = \"down.html\"")).unwrap();
+    let p = &c.adc.virtual_servers[0].error_pages;
+    assert_eq!(
+        p,
+        &[ErrorPage {
+            statuses: vec![502, 503],
+            body: "<h1>down</h1>".into(),
+            content_type: "text/html; charset=utf-8".into(),
+        }]
+    );
+    assert_eq!(
+        ErrorPage::find(p, 503).map(|p| p.body.as_str()),
+        Some("<h1>down</h1>")
+    );
+    assert!(ErrorPage::find(p, 504).is_none());
+    let refused = |body: &str, says: &str| {
+        let e = parse_at(&page(body)).unwrap_err().to_string();
+        assert!(e.contains(says), "{body}: {e}");
+        assert!(e.contains("adc.toml:1"), "{body}: the line is given: {e}");
+    };
+    refused(
+        "status = [302]\nfile = \"down.html\"",
+        "status 302 is not an error",
+    );
+    refused("status = []\nfile = \"down.html\"", "needs statuses");
+    refused(
+        "status = [503]\nfile = \"missing.html\"",
+        "cannot use an error page",
+    );
+    refused(
+        "status = [503]\nfile = \"big.html\"",
+        "larger than 65536 bytes",
+    );
+    refused(
+        "status = [503]\nfile = \"down.html\"\ncontent_type = \"html\"",
+        "not a media type",
+    );
+    let twice = format!(
+        "{}[[virtual_server.error_page]]\nstatus = [504, 503]\nfile = \"down.html\"\n",
+        page("status = [503]\nfile = \"down.html\"")
+    );
+    let e = parse_at(&twice).unwrap_err().to_string();
+    assert!(e.contains("status 503 has two error pages"), "{e}");
+    // Not on tcp.
+    let tcp = page("status = [503]\nfile = \"down.html\"").replace("\"http\"", "\"tcp\"");
+    let e = parse_at(&tcp).unwrap_err().to_string();
+    assert!(e.contains("error pages are HTTP answers"), "{e}");
+}

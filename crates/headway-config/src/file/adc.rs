@@ -322,6 +322,29 @@ pub struct VirtualServerSection {
     /// none (every request goes to `group`).
     #[serde(default)]
     pub rule: Vec<RuleSection>,
+    /// HTTP: pages of your own for the errors the proxy answers itself
+    /// (`[[virtual_server.error_page]]`): every server down or the surge queue full (503), a
+    /// server that failed (502) or did not answer in time (504), too many requests (429), a
+    /// body too large (413), a refused request (400). Answers of the servers are passed as
+    /// they come. Default: none (a short text of what happened).
+    #[serde(default)]
+    pub error_page: Vec<ErrorPageSection>,
+}
+
+/// `[[virtual_server.error_page]]`: the page sent instead of the proxy's own text for some
+/// statuses, HAProxy's `errorfile` and NGINX's `error_page`. The status, `Retry-After` and
+/// `Connection: close` of the answer stay what they were.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorPageSection {
+    /// The statuses it is for, 400–599 (`[502, 503, 504]`); each status in at most one page.
+    /// Required.
+    pub status: Spanned<Vec<Spanned<u16>>>,
+    /// The file (relative to the config file), at most 64 KiB of UTF-8 text, read when the
+    /// config is loaded (a reload reads it again). Required.
+    pub file: Spanned<PathBuf>,
+    /// Its `Content-Type`. Default: `"text/html; charset=utf-8"`.
+    pub content_type: Option<Spanned<String>>,
 }
 
 /// `[[certificate]]`: a certificate chain and its private key, named so that `https` virtual

@@ -202,3 +202,97 @@ mod tests {
         assert_eq!(body(r).await, "down for maintenance\n");
     }
 }
+
+/// Marks a response the proxy made for an error of its own (502, 503, 413 …), which a
+/// virtual server's [`ErrorPages`] may dress.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OwnError;
+
+/// A virtual server's error pages (`[[virtual_server.error_page]]`), ready to send.
+#[derive(Debug, Default)]
+pub(crate) struct ErrorPages(Vec<(Vec<u16>, Bytes, HeaderValue)>);
+
+impl ErrorPages {
+    /// The pages of a virtual server's config (checked there: statuses, size, media type).
+    pub fn new(pages: &[headway_config::adc::ErrorPage]) -> Self {
+        ErrorPages(
+            pages
+                .iter()
+                .filter_map(|p| {
+                    let t = HeaderValue::from_str(&p.content_type).ok()?;
+                    Some((p.statuses.clone(), Bytes::from(p.body.clone()), t))
+                })
+                .collect(),
+        )
+    }
+
+    /// Replaces the body and type of `resp` with the page for its status, if it is the
+    /// proxy's own error and there is one; status and other fields stay.
+    pub fn dress(&self, resp: &mut Response<RespBody>) {
+        if self.0.is_empty() || resp.extensions().get::<OwnError>().is_none() {
+            return;
+        }
+        let status = resp.status().as_u16();
+        if let Some((_, body, kind)) = self.0.iter().find(|(s, _, _)| s.contains(&status)) {
+            *resp.body_mut() = RespBody::full(body.clone(), None);
+            resp.headers_mut()
+                .insert(header::CONTENT_TYPE, kind.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod error_page_tests {
+    use super::*;
+    use headway_config::adc::ErrorPage;
+    use http_body_util::BodyExt;
+
+    fn page(statuses: &[u16], body: &str) -> ErrorPage {
+        ErrorPage {
+            statuses: statuses.to_vec(),
+            body: body.into(),
+            content_type: "text/html; charset=utf-8".into(),
+        }
+    }
+
+    fn response(status: u16, own: bool) -> Response<RespBody> {
+        let mut r = Response::new(RespBody::full(Bytes::from_static(b"text\n"), None));
+        *r.status_mut() = StatusCode::from_u16(status).unwrap();
+        r.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        if own {
+            r.extensions_mut().insert(OwnError);
+        }
+        r
+    }
+
+    async fn body(r: Response<RespBody>) -> Bytes {
+        r.into_body().collect().await.unwrap().to_bytes()
+    }
+
+    #[tokio::test]
+    async fn the_proxys_own_errors_get_the_page_for_their_status() {
+        let pages = ErrorPages::new(&[page(&[502, 503], "<h1>down</h1>"), page(&[429], "slow")]);
+        let mut r = response(503, true);
+        pages.dress(&mut r);
+        assert_eq!(r.status(), 503);
+        assert_eq!(
+            r.headers()[header::CONTENT_TYPE],
+            "text/html; charset=utf-8"
+        );
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+        assert_eq!(body(r).await, "<h1>down</h1>");
+        let mut r = response(429, true);
+        pages.dress(&mut r);
+        assert_eq!(body(r).await, "slow");
+        // Another status, or a server's answer: as it was.
+        for (status, own) in [(504, true), (503, false)] {
+            let mut r = response(status, own);
+            pages.dress(&mut r);
+            assert_eq!(r.headers()[header::CONTENT_TYPE], "text/plain");
+            assert_eq!(body(r).await, "text\n");
+        }
+    }
+}

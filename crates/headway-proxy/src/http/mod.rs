@@ -108,6 +108,8 @@ pub struct VsRuntime {
     sends_proxy_protocol: bool,
     /// Requests each rule matched, in rule order.
     rule_hits: Vec<Arc<crate::stats::Counter>>,
+    /// Pages for the proxy's own errors.
+    error_pages: answer::ErrorPages,
     /// hyper's HTTP/1 and HTTP/2 server settings, built once (a builder per connection
     /// allocated its timer anew each time).
     http1: hyper::server::conn::http1::Builder,
@@ -166,6 +168,7 @@ impl VsRuntime {
             http2,
             sends_proxy_protocol,
             rule_hits,
+            error_pages: answer::ErrorPages::new(&config.error_pages),
             request_rules: Rules::new(&config.request_headers),
             response_rules: Rules::new(&config.response_headers),
             compression: config
@@ -961,6 +964,7 @@ fn local(status: StatusCode, text: &str, close: bool) -> Response<RespBody> {
     if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
         h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
+    r.extensions_mut().insert(answer::OwnError);
     r
 }
 
@@ -1029,6 +1033,7 @@ async fn handle(conn: Arc<Conn>, req: Request<ReqBody>) -> Response<RespBody> {
     let mut resp = match Box::pin(phases(&conn, &vs, n, parts, body, started, &mut log)).await {
         Flow::Respond(r) | Flow::Continue(r) => r,
     };
+    vs.error_pages.dress(&mut resp);
     if conn.close_after.load(Relaxed) && resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         resp.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -242,3 +242,53 @@ async fn rules_on_the_clients_address_make_an_access_list() {
     assert_eq!(s.virtual_servers[0].rule_hits, [3, 1]);
     assert_eq!(s.groups[1].servers[0].requests, 1);
 }
+
+/// Error pages: the proxy's own 502/503 answers carry the virtual server's page (its status,
+/// `Retry-After` kept); a server's own 503 passes as it came; a reload reads the file again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxys_own_errors_carry_the_virtual_servers_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("down.html");
+    std::fs::write(&file, "<h1>We are back soon</h1>\n").unwrap();
+    let o = Origin::start("o", Duration::ZERO).await;
+    // A port nothing listens on.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (closing, _) = closing_server().await;
+    let text = format!(
+        "{}{}{}{}[[virtual_server.error_page]]\nstatus = [502, 503, 504]\nfile = \"{}\"\n\
+         [[virtual_server.rule]]\npath_prefix = \"/gone\"\ngroup = \"dead\"\n\
+         [[virtual_server.rule]]\npath_prefix = \"/broken\"\ngroup = \"broken\"\n",
+        group("live", "", &[(o.addr, "")]),
+        group("dead", "retries = 0\nmax_fails = 0", &[(dead, "")]),
+        group("broken", "retries = 0\nmax_fails = 0", &[(closing, "")]),
+        vs("live", ""),
+        file.display()
+    );
+    let (p, addr) = proxy(&text).await;
+    let c = client();
+    // No server to be reached: 503 with the page, its type and Retry-After.
+    let a = get(&c, addr, "/gone/x").await;
+    assert_eq!(a.status, 503, "{}", a.text());
+    assert_eq!(a.text(), "<h1>We are back soon</h1>\n");
+    assert_eq!(a.headers["content-type"], "text/html; charset=utf-8");
+    assert_eq!(a.headers["retry-after"], "1");
+    // A server that closes without answering: 502, the same page.
+    let a = get(&c, addr, "/broken").await;
+    assert_eq!(a.status, 502, "{}", a.text());
+    assert_eq!(a.text(), "<h1>We are back soon</h1>\n");
+    // The server's own 503 is its own.
+    let a = get(&c, addr, "/status/503").await;
+    assert_eq!((a.status, a.origin()), (503, "o".to_string()));
+    assert!(!a.text().contains("back soon"), "{}", a.text());
+    // A reload reads the file again.
+    std::fs::write(&file, "<h1>Maintenance until noon</h1>\n").unwrap();
+    p.replace(Config::parse(&text, "test.toml").unwrap().adc)
+        .await
+        .unwrap();
+    let a = get(&c, addr, "/gone/x").await;
+    assert_eq!(a.text(), "<h1>Maintenance until noon</h1>\n");
+    assert_eq!(get(&c, addr, "/echo").await.status, 200);
+}
