@@ -305,6 +305,8 @@ pub struct VirtualServer {
     pub tunnel_idle_timeout: Duration,
     /// Append to `X-Forwarded-For`.
     pub x_forwarded_for: bool,
+    /// The header carrying each request's ID (lower case); `None` = no IDs.
+    pub request_id: Option<String>,
     /// Set `X-Forwarded-Proto`.
     pub x_forwarded_proto: bool,
     /// Append an RFC 7239 `Forwarded` element.
@@ -670,6 +672,43 @@ fn not_for<T>(
         Some(v) => Err(invalid(origin.locate(Some(v.span())), message())),
         None => Ok(()),
     }
+}
+
+/// A request ID's header name: a token, not one the proxy or HTTP itself gives a meaning.
+fn request_id_header(
+    h: &Spanned<String>,
+    vs: &str,
+    origin: &Origin,
+) -> Result<String, ConfigError> {
+    let name = h.get_ref().to_ascii_lowercase();
+    let reserved = [
+        "host",
+        "connection",
+        "content-length",
+        "transfer-encoding",
+        "upgrade",
+        "te",
+        "trailer",
+        "keep-alive",
+        "proxy-connection",
+        "x-forwarded-for",
+        "x-forwarded-proto",
+        "forwarded",
+        "cookie",
+        "set-cookie",
+        "content-type",
+    ];
+    if !is_token(&name) || reserved.contains(&name.as_str()) {
+        return Err(invalid(
+            origin.locate(Some(h.span())),
+            format!(
+                "virtual server `{vs}`: request_id `{}` cannot carry request IDs: name a \
+                 header of its own, such as \"X-Request-ID\"",
+                h.get_ref()
+            ),
+        ));
+    }
+    Ok(name)
 }
 
 /// An RFC 9110 token (method and header names).
@@ -1300,6 +1339,7 @@ fn virtual_server(
         not_for(&v.request_headers, http_only("request_headers"), origin)?;
         not_for(&v.response_headers, http_only("response_headers"), origin)?;
         not_for(&v.compression, http_only("compression"), origin)?;
+        not_for(&v.request_id, http_only("request_id"), origin)?;
         not_for(
             &v.tunnel_idle_timeout,
             http_only("tunnel_idle_timeout"),
@@ -1452,6 +1492,10 @@ fn virtual_server(
             origin,
         )?,
         x_forwarded_for: v.x_forwarded_for.unwrap_or(true),
+        request_id: match &v.request_id {
+            None => None,
+            Some(h) => Some(request_id_header(h, &name, origin)?),
+        },
         x_forwarded_proto: v.x_forwarded_proto.unwrap_or(true),
         forwarded: v.forwarded.unwrap_or(false),
         request_headers: header_rules(v.request_headers.as_ref(), origin)?,

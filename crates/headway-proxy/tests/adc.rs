@@ -58,6 +58,10 @@ mod rotation;
 #[path = "adc/dns.rs"]
 mod dns;
 
+/// Request IDs to servers, clients and the access log.
+#[path = "adc/request_id.rs"]
+mod request_id;
+
 /// The request body limit (413).
 #[path = "adc/body_limit.rs"]
 mod body_limit;
@@ -251,6 +255,27 @@ async fn until(p: &Proxy, what: &str, f: impl Fn(&AdcSnapshot) -> bool) {
         assert!(
             SystemClock::now() < deadline,
             "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The first `n` lines of a JSON access log, once it has them (bounded wait: the log's
+/// writer thread flushes within milliseconds).
+async fn json_log_lines(path: &std::path::Path, n: usize) -> Vec<serde_json::Value> {
+    let deadline = SystemClock::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().count() >= n {
+            return text
+                .lines()
+                .take(n)
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+        }
+        assert!(
+            SystemClock::now() < deadline,
+            "{n} access log line(s) not written: {text}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

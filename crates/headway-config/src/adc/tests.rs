@@ -590,3 +590,24 @@ fn error_pages_are_read_and_checked_when_the_config_loads() {
     let e = parse_at(&tcp).unwrap_err().to_string();
     assert!(e.contains("error pages are HTTP answers"), "{e}");
 }
+
+#[test]
+fn request_ids_name_a_header_of_their_own() {
+    let c = parse(&format!("{GROUP}{VS}request_id = \"X-Request-ID\"\n"));
+    assert_eq!(
+        c.adc.virtual_servers[0].request_id.as_deref(),
+        Some("x-request-id")
+    );
+    assert_eq!(
+        parse(&format!("{GROUP}{VS}")).adc.virtual_servers[0].request_id,
+        None
+    );
+    for bad in ["Host", "X-Forwarded-For", "bad name"] {
+        assert_err(
+            &format!("{GROUP}{VS}request_id = \"{bad}\"\n"),
+            10,
+            14,
+            &[&format!("request_id `{bad}` cannot carry request IDs")],
+        );
+    }
+}

@@ -302,6 +302,13 @@ pub struct VirtualServerSection {
     pub x_forwarded_proto: Option<bool>,
     /// HTTP: append an RFC 7239 `Forwarded` element (`for=…;proto=…;host=…`). Default: false.
     pub forwarded: Option<bool>,
+    /// HTTP: a request ID in this header (`"X-Request-ID"`): a request that arrives with one
+    /// (1–128 visible ASCII characters, from a balancer or client in front) keeps it, any other
+    /// gets a new one (32 hex digits, unique per process and random across restarts); the
+    /// server receives it, the client gets it back in the response (the proxy's own answers
+    /// too), and the access log records it (`request_id` in JSON, a last quoted field in the
+    /// combined format). Default: none.
+    pub request_id: Option<Spanned<String>>,
     /// HTTP: header rules applied to requests before they go to a server.
     pub request_headers: Option<Spanned<HeaderRulesSection>>,
     /// HTTP: header rules applied to responses before they go to the client.

@@ -55,6 +55,9 @@ pub struct Entry {
     pub duration: Duration,
     /// Whether the response body was sent to its end.
     pub complete: bool,
+    /// The request's ID (`request_id`), or empty.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub request_id: String,
 }
 
 impl Entry {
@@ -76,8 +79,13 @@ impl Entry {
                         "[day]/[month repr:short]/[year]:[hour]:[minute]:[second] +0000"
                     ))
                     .unwrap_or_default();
+                let id = if self.request_id.is_empty() {
+                    String::new()
+                } else {
+                    format!(" \"{}\"", quote_safe(&self.request_id))
+                };
                 format!(
-                    "{} - - [{t}] \"{} {} {}\" {} {} \"{}\" \"{}\"\n",
+                    "{} - - [{t}] \"{} {} {}\" {} {} \"{}\" \"{}\"{id}\n",
                     self.client.map_or("-".to_string(), |c| c.to_string()),
                     quote_safe(&self.method),
                     quote_safe(&self.uri),
@@ -246,6 +254,7 @@ mod tests {
             server: "s1".into(),
             duration: Duration::from_micros(1500),
             complete: true,
+            request_id: String::new(),
         }
     }
 
@@ -265,6 +274,19 @@ mod tests {
         assert_eq!(v["server"], "s1");
         assert_eq!(v["time"], "2023-11-14T22:13:20Z");
         assert_eq!(v["duration_ms"], 1.5);
+        assert!(v.get("request_id").is_none(), "{line}");
+    }
+
+    #[test]
+    fn a_request_id_ends_the_combined_line_and_is_a_json_field() {
+        let e = Entry {
+            request_id: "0af3\"x".into(),
+            ..entry()
+        };
+        let line = e.render(AccessLogFormat::Combined);
+        assert!(line.ends_with("\"curl/8\" \"0af3\\\"x\"\n"), "{line}");
+        let v: serde_json::Value = serde_json::from_str(&e.render(AccessLogFormat::Json)).unwrap();
+        assert_eq!(v["request_id"], "0af3\"x");
     }
 
     #[test]

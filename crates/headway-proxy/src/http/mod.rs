@@ -39,6 +39,7 @@ pub mod compress;
 pub mod framing;
 pub mod h1;
 pub mod headers;
+pub mod request_id;
 pub mod rewind;
 pub mod route;
 pub mod tunnel;
@@ -110,6 +111,8 @@ pub struct VsRuntime {
     rule_hits: Vec<Arc<crate::stats::Counter>>,
     /// Pages for the proxy's own errors.
     error_pages: answer::ErrorPages,
+    /// The header of request IDs, if the virtual server gives them.
+    request_id: Option<header::HeaderName>,
     /// hyper's HTTP/1 and HTTP/2 server settings, built once (a builder per connection
     /// allocated its timer anew each time).
     http1: hyper::server::conn::http1::Builder,
@@ -169,6 +172,10 @@ impl VsRuntime {
             sends_proxy_protocol,
             rule_hits,
             error_pages: answer::ErrorPages::new(&config.error_pages),
+            request_id: config
+                .request_id
+                .as_ref()
+                .and_then(|n| header::HeaderName::from_bytes(n.as_bytes()).ok()),
             request_rules: Rules::new(&config.request_headers),
             response_rules: Rules::new(&config.response_headers),
             compression: config
@@ -993,7 +1000,11 @@ async fn handle(conn: Arc<Conn>, req: Request<ReqBody>) -> Response<RespBody> {
     counters.requests.inc();
     conn.activity.inflight.fetch_add(1, Relaxed);
     let started = SystemClock::now();
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    let request_id = vs
+        .request_id
+        .as_ref()
+        .map(|name| (name, request_id::of_request(name, &mut parts.headers)));
     if headers::request_closes(parts.version, &parts.headers) {
         conn.activity.last_exchange.store(true, Relaxed);
     }
@@ -1021,6 +1032,11 @@ async fn handle(conn: Arc<Conn>, req: Request<ReqBody>) -> Response<RespBody> {
                 host: route::host_of(&parts).unwrap_or_default(),
                 referer: h(header::REFERER),
                 user_agent: h(header::USER_AGENT),
+                request_id: request_id
+                    .as_ref()
+                    .and_then(|(_, id)| id.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string(),
                 ..Entry::default()
             },
         ))
@@ -1034,6 +1050,9 @@ async fn handle(conn: Arc<Conn>, req: Request<ReqBody>) -> Response<RespBody> {
         Flow::Respond(r) | Flow::Continue(r) => r,
     };
     vs.error_pages.dress(&mut resp);
+    if let Some((name, id)) = request_id {
+        resp.headers_mut().insert(name.clone(), id);
+    }
     if conn.close_after.load(Relaxed) && resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         resp.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));

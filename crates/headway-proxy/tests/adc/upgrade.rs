@@ -267,15 +267,7 @@ async fn a_tunnel_carries_early_bytes_both_ways_and_a_half_close() {
     // Server → client: "hello", "early", "ping", "bye"; client → server: "early", "ping".
     assert_eq!((s.bytes_out, s.bytes_in), (17, 9));
     // One access log line for the whole tunnel, written when it ended.
-    let deadline = SystemClock::now() + Duration::from_secs(10);
-    let line = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if let Some(l) = text.lines().next() {
-            break serde_json::from_str::<serde_json::Value>(l).unwrap();
-        }
-        assert!(SystemClock::now() < deadline, "no access log line");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let line = json_log_lines(&log, 1).await.remove(0);
     assert_eq!(line["status"], 101, "{line}");
     assert_eq!(line["bytes"], 17, "{line}");
     assert_eq!(line["uri"], "/chat", "{line}");
