@@ -170,6 +170,8 @@ pub struct ServerGroup {
     pub queue_timeout: Duration,
     /// Further tries on other servers (0–10).
     pub retries: u32,
+    /// Statuses whose answers to replayable requests are tried again on another server.
+    pub retry_on: Vec<u16>,
     /// Time allowed to connect to a server.
     pub connect_timeout: Duration,
     /// Time allowed from request sent to response header.
@@ -711,6 +713,43 @@ fn request_id_header(
     Ok(name)
 }
 
+/// A list of HTTP statuses within `range`, each once, at least one; `what` names the field.
+pub(crate) fn statuses(
+    list: &Spanned<Vec<Spanned<u16>>>,
+    range: std::ops::RangeInclusive<u16>,
+    what: &str,
+    origin: &Origin,
+) -> Result<Vec<u16>, ConfigError> {
+    if list.get_ref().is_empty() {
+        return Err(invalid(
+            origin.locate(Some(list.span())),
+            format!("{what} needs statuses such as [502, 503, 504]"),
+        ));
+    }
+    let mut out = Vec::with_capacity(list.get_ref().len());
+    for st in list.get_ref() {
+        let code = *st.get_ref();
+        if !range.contains(&code) {
+            return Err(invalid(
+                origin.locate(Some(st.span())),
+                format!(
+                    "{what}: status {code} is out of range: use {}–{}",
+                    range.start(),
+                    range.end()
+                ),
+            ));
+        }
+        if out.contains(&code) {
+            return Err(invalid(
+                origin.locate(Some(st.span())),
+                format!("{what}: status {code} is given twice"),
+            ));
+        }
+        out.push(code);
+    }
+    Ok(out)
+}
+
 /// An RFC 9110 token (method and header names).
 pub(crate) fn is_token(s: &str) -> bool {
     !s.is_empty()
@@ -959,6 +998,15 @@ fn group(
             }
         },
     };
+    let retry_on = match &g.retry_on {
+        None => Vec::new(),
+        Some(list) => statuses(
+            list,
+            400..=599,
+            &format!("group `{name}`: retry_on"),
+            origin,
+        )?,
+    };
     let dns_prefer = match &g.dns_prefer {
         None => DnsPrefer::default(),
         Some(p) => match p.get_ref().as_str() {
@@ -988,6 +1036,7 @@ fn group(
             origin,
         )?,
         retries: ranged_or(&g.retries, 2, 0, 10, "retries", origin)?,
+        retry_on,
         connect_timeout: positive(
             &g.connect_timeout,
             Duration::from_secs(3),

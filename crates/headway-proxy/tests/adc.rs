@@ -710,23 +710,35 @@ async fn forwarding_headers_and_header_rules_reach_the_server() {
     assert_eq!(r.headers["x-via"], "headway");
 }
 
-/// A server that accepts and closes every connection without answering (a reset before any
-/// response byte); counts connections.
-async fn closing_server() -> (SocketAddr, Arc<AtomicU64>) {
+/// A server on a loopback port that runs `serve` on each connection it accepts, with a counter
+/// the test reads.
+async fn raw_server<F, Fut>(serve: F) -> (SocketAddr, Arc<AtomicU64>)
+where
+    F: Fn(TcpStream, Arc<AtomicU64>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let n = Arc::new(AtomicU64::new(0));
     let count = n.clone();
     tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            // Read the request, then close without a byte of response.
-            let mut buf = [0u8; 4096];
-            let _ = tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await;
-            drop(s);
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(serve(s, count.clone()));
         }
     });
     (addr, n)
+}
+
+/// A server that accepts and closes every connection without answering (a reset before any
+/// response byte); counts connections.
+async fn closing_server() -> (SocketAddr, Arc<AtomicU64>) {
+    raw_server(|mut s, count| async move {
+        count.fetch_add(1, Ordering::SeqCst);
+        // Read the request, then close without a byte of response.
+        let mut buf = [0u8; 4096];
+        let _ = tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await;
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -768,6 +780,94 @@ async fn idempotent_requests_are_retried_elsewhere_and_posts_are_not() {
     let s = p.snapshot();
     assert_eq!(s.groups[0].servers[0].retries, 5);
     assert_eq!(s.groups[0].servers[1].requests, 5);
+}
+
+/// A server that answers every request (bodiless, keep-alive) with 503 `busy`; counts them.
+async fn busy_server() -> (SocketAddr, Arc<AtomicU64>) {
+    raw_server(|mut s, count| async move {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(k) = s.read(&mut buf).await {
+            if k == 0 {
+                return;
+            }
+            got.extend_from_slice(&buf[..k]);
+            while let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                got.drain(..end + 4);
+                count.fetch_add(1, Ordering::SeqCst);
+                let answer = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\
+                               X-Origin: busy\r\n\r\nbusy";
+                if s.write_all(answer).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_the_group_retries_on_go_to_another_server_for_replayable_requests() {
+    let (busy, answered) = busy_server().await;
+    let good = Origin::start("good", Duration::ZERO).await;
+    let servers = [(busy, ""), (good.addr, "")];
+    let text = |extra: &str| {
+        format!(
+            "{}{}{}",
+            group(
+                "g",
+                &format!("retries = 1\nmax_fails = 0\n{extra}"),
+                &servers
+            ),
+            group("alone", "retries = 2\nretry_on = [503]", &[(busy, "")]),
+            vs(
+                "g",
+                "[[virtual_server.rule]]\npath_prefix = \"/alone\"\ngroup = \"alone\""
+            )
+        )
+    };
+    let (p, addr) = proxy(&text("retry_on = [502, 503]")).await;
+    let c = client();
+    // Round robin sends every other request to the busy server: each GET is answered by the
+    // good one.
+    for _ in 0..10 {
+        let r = get(&c, addr, "/echo").await;
+        assert_eq!((r.status, r.origin().as_str()), (200, "good"));
+    }
+    let to_busy = answered.load(Ordering::SeqCst);
+    assert!((4..=6).contains(&to_busy), "{to_busy}");
+    assert_eq!(p.snapshot().groups[0].servers[0].retries, to_busy);
+    // A request with a body is not sent twice: the busy server's answer goes to the client.
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(
+            send(&c, "POST", addr, "/echo", &[], b"x")
+                .await
+                .unwrap()
+                .status,
+        );
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 503, 503]);
+    // With nobody else to ask, the last try's answer goes to the client, as the server sent it.
+    let before = answered.load(Ordering::SeqCst);
+    let r = get(&c, addr, "/alone").await;
+    assert_eq!((r.status, r.text().as_str()), (503, "busy"));
+    assert_eq!(
+        answered.load(Ordering::SeqCst) - before,
+        3,
+        "one try and two retries"
+    );
+    // Without retry_on the busy server's answers reach clients.
+    p.replace(Config::parse(&text(""), "test.toml").unwrap().adc)
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(get(&c, addr, "/echo").await.status);
+    }
+    got.sort_unstable();
+    assert_eq!(got, [200, 200, 503, 503]);
 }
 
 /// Sends raw bytes on a new connection and reads until the proxy closes it.

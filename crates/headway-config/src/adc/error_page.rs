@@ -1,6 +1,8 @@
 //! Error pages: a virtual server's own pages for the errors the proxy answers itself
 //! (`[[virtual_server.error_page]]`), read and checked when the config is loaded.
 
+use toml::Spanned;
+
 use crate::adc::action::media_type;
 use crate::config::{invalid, ConfigError};
 use crate::file::{ErrorPageSection, Origin};
@@ -35,32 +37,17 @@ pub(crate) fn error_pages(
 ) -> Result<Vec<ErrorPage>, ConfigError> {
     let mut pages: Vec<ErrorPage> = Vec::with_capacity(sections.len());
     for s in sections {
-        if s.status.get_ref().is_empty() {
+        let what = format!("virtual server `{vs}`: error_page");
+        let statuses = crate::adc::statuses(&s.status, 400..=599, &what, origin)?;
+        let taken = |st: &&Spanned<u16>| ErrorPage::find(&pages, *st.get_ref()).is_some();
+        if let Some(st) = s.status.get_ref().iter().find(taken) {
             return Err(invalid(
-                origin.locate(Some(s.status.span())),
-                format!("virtual server `{vs}`: error_page needs statuses such as [502, 503, 504]"),
+                origin.locate(Some(st.span())),
+                format!(
+                    "{what}: status {} has two error pages: keep one",
+                    st.get_ref()
+                ),
             ));
-        }
-        let mut statuses = Vec::with_capacity(s.status.get_ref().len());
-        for st in s.status.get_ref() {
-            let code = *st.get_ref();
-            let at = origin.locate(Some(st.span()));
-            if !(400..=599).contains(&code) {
-                return Err(invalid(
-                    at,
-                    format!(
-                        "virtual server `{vs}`: error_page status {code} is not an error: use \
-                         400–599"
-                    ),
-                ));
-            }
-            if statuses.contains(&code) || ErrorPage::find(&pages, code).is_some() {
-                return Err(invalid(
-                    at,
-                    format!("virtual server `{vs}`: status {code} has two error pages: keep one"),
-                ));
-            }
-            statuses.push(code);
         }
         let path = resolve(s.file.get_ref(), origin);
         let body = read_limited(&path, MAX_ERROR_PAGE).map_err(|why| {
@@ -74,12 +61,7 @@ pub(crate) fn error_pages(
                 origin,
             )
         })?;
-        let content_type = media_type(
-            &s.content_type,
-            "text/html; charset=utf-8",
-            &format!("virtual server `{vs}`: error_page"),
-            origin,
-        )?;
+        let content_type = media_type(&s.content_type, "text/html; charset=utf-8", &what, origin)?;
         pages.push(ErrorPage {
             statuses,
             body,

@@ -564,7 +564,11 @@ fn error_pages_are_read_and_checked_when_the_config_loads() {
     };
     refused(
         "status = [302]\nfile = \"down.html\"",
-        "status 302 is not an error",
+        "status 302 is out of range: use 400–599",
+    );
+    refused(
+        "status = [503, 503]\nfile = \"down.html\"",
+        "status 503 is given twice",
     );
     refused("status = []\nfile = \"down.html\"", "needs statuses");
     refused(
@@ -610,4 +614,29 @@ fn request_ids_name_a_header_of_their_own() {
             &[&format!("request_id `{bad}` cannot carry request IDs")],
         );
     }
+}
+
+#[test]
+fn retry_on_names_error_statuses() {
+    let with = |list: &str| {
+        format!(
+            "{VS}[[server_group]]\nname = \"web\"\nretry_on = {list}\n\
+             [[server_group.server]]\naddress = \"127.0.0.1:8080\"\n"
+        )
+    };
+    let c = parse(&with("[502, 503, 504]"));
+    assert_eq!(c.adc.group("web").unwrap().retry_on, [502, 503, 504]);
+    assert!(parse(&format!("{VS}{GROUP}"))
+        .adc
+        .group("web")
+        .unwrap()
+        .retry_on
+        .is_empty());
+    assert_err(
+        &with("[200]"),
+        8,
+        13,
+        &["group `web`: retry_on: status 200 is out of range"],
+    );
+    assert_err(&with("[]"), 8, 12, &["retry_on needs statuses"]);
 }

@@ -87,8 +87,14 @@ pub struct ServerGroupSection {
     /// `"5s"`.
     pub queue_timeout: Option<Spanned<DurationValue>>,
     /// How many times a request is tried again on another server after a connect failure (any
-    /// method) or a reset before any response byte (idempotent methods only), 0–10. Default: 2.
+    /// method), a reset before any response byte (idempotent methods only) or an answer with a
+    /// status of `retry_on`, 0–10. Default: 2.
     pub retries: Option<Spanned<u32>>,
+    /// Answers that send a request to another server, within `retries`: a server restarting
+    /// or overloaded that says so (`[502, 503, 504]`), 400–599. Only requests without a body
+    /// and with an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE) are sent again;
+    /// the answer of the last try goes to the client whatever its status. Default: none.
+    pub retry_on: Option<Spanned<Vec<Spanned<u16>>>>,
     /// Time allowed to connect to a server (`"3s"`). Default: `"3s"`.
     pub connect_timeout: Option<Spanned<DurationValue>>,
     /// Time allowed between sending a request and the server's response header (`"60s"`).

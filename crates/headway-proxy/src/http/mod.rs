@@ -1550,6 +1550,18 @@ async fn upstream(
         .await;
         let retry = attempt < cfg.retries;
         match outcome {
+            // An answer the group retries (a server saying it is restarting or overloaded):
+            // its connection is closed unread and another server asked, while tries remain.
+            Ok((_, h, _)) if retry && replayable && cfg.retry_on.contains(&h.status.as_u16()) => {
+                tracing::debug!(
+                    group = %cfg.name, server = %server.address, status = h.status.as_u16(),
+                    "answer retried on another server"
+                );
+                last = (
+                    StatusCode::BAD_GATEWAY,
+                    "every server tried answered with an error",
+                );
+            }
             Ok((c, h, decoder)) => {
                 return Flow::Continue(Upstream {
                     head: h,
