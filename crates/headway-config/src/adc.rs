@@ -36,9 +36,11 @@ use crate::wanopt::{resolve, socket, Cidr};
 pub mod action;
 pub mod address;
 pub mod error_page;
+pub mod header_value;
 pub use action::{Action, LocationPart, Redirect, RequestTarget, Respond};
 pub use address::{DnsPrefer, ServerAddress};
 pub use error_page::ErrorPage;
+pub use header_value::{HeaderValueTemplate, ValuePart};
 
 /// Default time between two health checks of one server: 5 s.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
@@ -360,9 +362,9 @@ pub struct HeaderRules {
     /// Names to remove (lower case).
     pub remove: Vec<String>,
     /// Headers to set, replacing others of the same name (names lower case).
-    pub set: Vec<(String, String)>,
+    pub set: Vec<(String, HeaderValueTemplate)>,
     /// Headers to add (names lower case).
-    pub add: Vec<(String, String)>,
+    pub add: Vec<(String, HeaderValueTemplate)>,
 }
 
 impl HeaderRules {
@@ -1547,8 +1549,12 @@ fn virtual_server(
         },
         x_forwarded_proto: v.x_forwarded_proto.unwrap_or(true),
         forwarded: v.forwarded.unwrap_or(false),
-        request_headers: header_rules(v.request_headers.as_ref(), origin)?,
-        response_headers: header_rules(v.response_headers.as_ref(), origin)?,
+        request_headers: header_rules(v.request_headers.as_ref(), v.request_id.is_some(), origin)?,
+        response_headers: header_rules(
+            v.response_headers.as_ref(),
+            v.request_id.is_some(),
+            origin,
+        )?,
         access_log,
         rules,
         tcp_profile: None,
@@ -1561,6 +1567,7 @@ fn virtual_server(
 
 fn header_rules(
     s: Option<&Spanned<HeaderRulesSection>>,
+    request_id: bool,
     origin: &Origin,
 ) -> Result<HeaderRules, ConfigError> {
     let Some(s) = s else {
@@ -1596,7 +1603,22 @@ fn header_rules(
                     ),
                 ));
             }
-            into.push((n.to_ascii_lowercase(), value.get_ref().clone()));
+            let template = HeaderValueTemplate::parse(value.get_ref()).map_err(|why| {
+                invalid(
+                    origin.locate(Some(value.span())),
+                    format!("the value of header `{n}`: {why}"),
+                )
+            })?;
+            if template.uses(&ValuePart::RequestId) && !request_id {
+                return Err(invalid(
+                    origin.locate(Some(value.span())),
+                    format!(
+                        "the value of header `{n}` uses {{request_id}}, and the virtual server \
+                         makes none: add `request_id = \"X-Request-ID\"`"
+                    ),
+                ));
+            }
+            into.push((n.to_ascii_lowercase(), template));
         }
     }
     // Hop-by-hop and framing headers are the proxy's to manage, never a rule's.

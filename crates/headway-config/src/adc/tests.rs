@@ -395,7 +395,36 @@ fn header_rules_refuse_framing_headers_and_bad_names() {
     ));
     let h = &c.adc.virtual_servers[0].response_headers;
     assert_eq!(h.remove, vec!["server".to_string()]);
-    assert_eq!(h.add, vec![("x-env".to_string(), "lab".to_string())]);
+    assert_eq!(h.add[0].0, "x-env");
+    assert_eq!(h.add[0].1.as_text().as_deref(), Some("lab"));
+}
+
+#[test]
+fn header_values_may_hold_what_is_known_of_the_request() {
+    let c = parse(&format!(
+        "{GROUP}{VS}request_id = \"X-Request-ID\"\n[virtual_server.request_headers]\n\
+         set = {{ \"X-Real-IP\" = \"{{client_ip}}\", \"X-Trace\" = \"{{request_id}}@{{virtual_server}}\" }}\n"
+    ));
+    let h = &c.adc.virtual_servers[0].request_headers;
+    assert_eq!(h.set[0].0, "x-real-ip");
+    assert_eq!(h.set[0].1 .0, [ValuePart::ClientIp]);
+    assert_eq!(h.set[1].1.to_string(), "{request_id}@{virtual_server}");
+    assert_err(
+        &format!(
+            "{GROUP}{VS}[virtual_server.request_headers]\nset = {{ \"X-Id\" = \"{{request_id}}\" }}\n"
+        ),
+        11,
+        18,
+        &["uses {request_id}, and the virtual server makes none"],
+    );
+    assert_err(
+        &format!(
+            "{GROUP}{VS}[virtual_server.request_headers]\nadd = {{ \"X-Ip\" = \"{{remote_addr}}\" }}\n"
+        ),
+        11,
+        18,
+        &["the value of header `X-Ip`: unknown placeholder `{remote_addr}`"],
+    );
 }
 
 #[test]

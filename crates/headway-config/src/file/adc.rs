@@ -501,10 +501,14 @@ pub struct HeaderRulesSection {
     /// Header names to remove (case-insensitive). Default: none.
     #[serde(default)]
     pub remove: Vec<Spanned<String>>,
-    /// Headers to set, replacing any of the same name: `{ "X-Env" = "lab" }`. Default: none.
+    /// Headers to set, replacing any of the same name: `{ "X-Env" = "lab" }`. A value may hold
+    /// what is known of the request: `{client_ip}` (`{ "X-Real-IP" = "{client_ip}" }`),
+    /// `{client_port}`, `{request_id}` (with the virtual server's `request_id`),
+    /// `{virtual_server}`, `{scheme}`; `{{` and `}}` write a brace. Default: none.
     #[serde(default)]
     pub set: BTreeMap<String, Spanned<String>>,
-    /// Headers to add beside any of the same name. Default: none.
+    /// Headers to add beside any of the same name, with the same placeholders as `set`.
+    /// Default: none.
     #[serde(default)]
     pub add: BTreeMap<String, Spanned<String>>,
 }

@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use headway_config::adc::HeaderRules;
+use headway_config::adc::{HeaderRules, HeaderValueTemplate, ValuePart};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// Fields that describe one connection, never forwarded (RFC 9110 §7.6.1, plus the
@@ -229,19 +229,74 @@ pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-fo
 /// `X-Forwarded-Proto`.
 pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
+/// What header rule values can name of a request ([`ValuePart`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Facts<'a> {
+    /// The client (the PROXY header's, when the virtual server takes them).
+    pub client: std::net::SocketAddr,
+    /// The request's ID, when the virtual server makes them.
+    pub request_id: Option<&'a HeaderValue>,
+    /// The virtual server's name.
+    pub virtual_server: &'a str,
+    /// `http` or `https`.
+    pub scheme: &'a str,
+}
+
+/// A header rule's value: fixed, or filled per request.
+#[derive(Debug, Clone)]
+enum Value {
+    Fixed(HeaderValue),
+    Filled(Vec<ValuePart>),
+}
+
+impl Value {
+    fn new(t: &HeaderValueTemplate) -> Option<Value> {
+        Some(match t.as_text() {
+            Some(text) => Value::Fixed(HeaderValue::from_str(&text).ok()?),
+            None => Value::Filled(t.0.clone()),
+        })
+    }
+
+    fn get(&self, facts: &Facts<'_>) -> Option<HeaderValue> {
+        let parts = match self {
+            Value::Fixed(v) => return Some(v.clone()),
+            Value::Filled(parts) => parts,
+        };
+        let mut out = String::new();
+        for p in parts {
+            use std::fmt::Write as _;
+            let _ = match p {
+                ValuePart::Text(t) => write!(out, "{t}"),
+                ValuePart::ClientIp => write!(out, "{}", facts.client.ip()),
+                ValuePart::ClientPort => write!(out, "{}", facts.client.port()),
+                ValuePart::RequestId => {
+                    write!(
+                        out,
+                        "{}",
+                        facts.request_id.and_then(|v| v.to_str().ok()).unwrap_or("")
+                    )
+                }
+                ValuePart::VirtualServer => write!(out, "{}", facts.virtual_server),
+                ValuePart::Scheme => write!(out, "{}", facts.scheme),
+            };
+        }
+        HeaderValue::from_str(&out).ok()
+    }
+}
+
 /// A virtual server's header rules, compiled.
 #[derive(Debug, Clone, Default)]
 pub struct Rules {
     remove: Vec<HeaderName>,
-    set: Vec<(HeaderName, HeaderValue)>,
-    add: Vec<(HeaderName, HeaderValue)>,
+    set: Vec<(HeaderName, Value)>,
+    add: Vec<(HeaderName, Value)>,
 }
 
 impl Rules {
     /// Compiles validated rules (names and values were checked by the config).
     pub fn new(r: &HeaderRules) -> Self {
         let name = |n: &str| HeaderName::from_bytes(n.as_bytes()).ok();
-        let pair = |(n, v): &(String, String)| Some((name(n)?, HeaderValue::from_str(v).ok()?));
+        let pair = |(n, v): &(String, HeaderValueTemplate)| Some((name(n)?, Value::new(v)?));
         Rules {
             remove: r.remove.iter().filter_map(|n| name(n)).collect(),
             set: r.set.iter().filter_map(pair).collect(),
@@ -254,16 +309,20 @@ impl Rules {
         self.remove.is_empty() && self.set.is_empty() && self.add.is_empty()
     }
 
-    /// Removes, then sets, then adds.
-    pub fn apply(&self, headers: &mut HeaderMap) {
+    /// Removes, then sets, then adds, filling values from `facts`.
+    pub fn apply(&self, headers: &mut HeaderMap, facts: &Facts<'_>) {
         for n in &self.remove {
             headers.remove(n);
         }
         for (n, v) in &self.set {
-            headers.insert(n.clone(), v.clone());
+            if let Some(v) = v.get(facts) {
+                headers.insert(n.clone(), v);
+            }
         }
         for (n, v) in &self.add {
-            headers.append(n.clone(), v.clone());
+            if let Some(v) = v.get(facts) {
+                headers.append(n.clone(), v);
+            }
         }
     }
 }
@@ -501,17 +560,53 @@ mod tests {
         assert!(!h.contains_key("x-forwarded-for"));
     }
 
+    fn facts(id: Option<&HeaderValue>) -> Facts<'_> {
+        Facts {
+            client: "[2001:db8::7]:40000".parse().unwrap(),
+            request_id: id,
+            virtual_server: "web",
+            scheme: "https",
+        }
+    }
+
+    fn template(t: &str) -> HeaderValueTemplate {
+        HeaderValueTemplate::parse(t).unwrap()
+    }
+
     #[test]
     fn rules_remove_then_set_then_add() {
         let r = Rules::new(&HeaderRules {
             remove: vec!["server".into()],
-            set: vec![("x-env".into(), "lab".into())],
-            add: vec![("x-tag".into(), "b".into())],
+            set: vec![("x-env".into(), template("lab"))],
+            add: vec![("x-tag".into(), template("b"))],
         });
         let mut h = map(&[("server", "x"), ("x-env", "prod"), ("x-tag", "a")]);
-        r.apply(&mut h);
+        r.apply(&mut h, &facts(None));
         assert!(!h.contains_key("server"));
         assert_eq!(h["x-env"], "lab");
         assert_eq!(h.get_all("x-tag").iter().count(), 2);
+    }
+
+    #[test]
+    fn values_are_filled_from_the_requests_facts() {
+        let r = Rules::new(&HeaderRules {
+            remove: Vec::new(),
+            set: vec![
+                ("x-real-ip".into(), template("{client_ip}")),
+                (
+                    "x-via".into(),
+                    template("{scheme}://{virtual_server} {client_port} {{{request_id}}}"),
+                ),
+            ],
+            add: Vec::new(),
+        });
+        let id = HeaderValue::from_static("0af3");
+        let mut h = map(&[("x-real-ip", "203.0.113.1")]);
+        r.apply(&mut h, &facts(Some(&id)));
+        assert_eq!(h["x-real-ip"], "2001:db8::7");
+        assert_eq!(h["x-via"], "https://web 40000 {0af3}");
+        let mut h = map(&[]);
+        r.apply(&mut h, &facts(None));
+        assert_eq!(h["x-via"], "https://web 40000 {}");
     }
 }

@@ -199,6 +199,24 @@ impl VsRuntime {
 }
 
 impl VsRuntime {
+    /// What header rules can name of a request from `client` with `request_id`.
+    fn facts<'a>(
+        &'a self,
+        client: SocketAddr,
+        request_id: Option<&'a HeaderValue>,
+    ) -> headers::Facts<'a> {
+        headers::Facts {
+            client,
+            request_id,
+            virtual_server: &self.config.name,
+            scheme: if self.config.kind == headway_config::adc::VirtualServerKind::Https {
+                "https"
+            } else {
+                "http"
+            },
+        }
+    }
+
     /// Requests each content-switching rule matched since it was configured, in rule order.
     pub fn rule_hits(&self) -> Vec<u64> {
         self.rule_hits.iter().map(|c| c.get()).collect()
@@ -1166,6 +1184,11 @@ async fn phases(
         e.group = group.config.name.clone();
     }
     let accepted = vs.compression.as_ref().map(|c| c.accepts(&parts.headers));
+    let request_id = vs
+        .request_id
+        .as_ref()
+        .and_then(|n| parts.headers.get(n).cloned());
+    let facts = vs.facts(conn.peer, request_id.as_ref());
     // 2½ cache
     let mut fetch = None;
     if let (Some(cache), None) = (&vs.cache, &upgrade) {
@@ -1173,10 +1196,12 @@ async fn phases(
         match cache.lookup(&mut parts, https, !body.is_end_stream()).await {
             Lookup::Bypass => {}
             Lookup::Fetch(f) => fetch = Some(f),
-            Lookup::Respond(r) => return local_end(from_cache(vs, &parts.method, accepted, r)),
+            Lookup::Respond(r) => {
+                return local_end(from_cache(vs, &parts.method, accepted, r, &facts))
+            }
             Lookup::Stale(r, f) => {
                 tokio::spawn(revalidate(conn.clone(), vs.clone(), group.clone(), f));
-                return local_end(from_cache(vs, &parts.method, accepted, r));
+                return local_end(from_cache(vs, &parts.method, accepted, r, &facts));
             }
         }
     }
@@ -1208,7 +1233,7 @@ async fn phases(
         Flow::Respond(r) => {
             // A stale object in its stale-if-error window answers instead of the error.
             match fetch.and_then(|f| f.on_error()) {
-                Some(cached) => local_end(from_cache(vs, &method, accepted, cached)),
+                Some(cached) => local_end(from_cache(vs, &method, accepted, cached, &facts)),
                 None => local_end(r),
             }
         }
@@ -1247,10 +1272,10 @@ async fn phases(
                         lease.server.pool.checkin(server_conn, SystemClock::now());
                     }
                     drop(lease);
-                    return local_end(from_cache(vs, &method, accepted, cached));
+                    return local_end(from_cache(vs, &method, accepted, cached, &facts));
                 }
             };
-            vs.response_rules.apply(&mut rparts.headers);
+            vs.response_rules.apply(&mut rparts.headers, &facts);
             let stage = match (&vs.compression, accepted) {
                 _ if switched.is_some() => None,
                 (Some(c), Some(accepted)) => c.respond(
@@ -1350,9 +1375,10 @@ fn from_cache(
     method: &Method,
     accepted: Option<compress::Accepted>,
     r: Response<RespBody>,
+    facts: &headers::Facts<'_>,
 ) -> Response<RespBody> {
     let (mut parts, body) = r.into_parts();
-    vs.response_rules.apply(&mut parts.headers);
+    vs.response_rules.apply(&mut parts.headers, facts);
     let stage = match (&vs.compression, accepted) {
         (Some(c), Some(accepted)) => {
             let length = body.size_hint().exact();
@@ -1476,7 +1502,14 @@ async fn upstream(
         },
         host.as_deref(),
     );
-    vs.request_rules.apply(&mut parts.headers);
+    if !vs.request_rules.is_empty() {
+        let id = vs
+            .request_id
+            .as_ref()
+            .and_then(|n| parts.headers.get(n).cloned());
+        let facts = vs.facts(conn.peer, id.as_ref());
+        vs.request_rules.apply(&mut parts.headers, &facts);
+    }
     if let Some(protocols) = upgrade {
         let h = &mut parts.headers;
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));

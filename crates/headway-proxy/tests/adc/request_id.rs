@@ -72,3 +72,31 @@ async fn each_request_carries_its_id_to_the_server_the_client_and_the_log() {
     assert_eq!(logged[2], "lb-7f3a");
     assert_eq!(logged[4], refused_id);
 }
+
+/// Header rule values filled per request: X-Real-IP from the client's address (the PROXY
+/// header's), the request ID in a response header of another name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_rules_fill_in_the_client_and_the_request_id() {
+    let (_o, _p, addr) = before_one_origin(
+        "request_id = \"X-Request-ID\"\naccept_proxy_protocol = true\n\
+         [virtual_server.request_headers]\n\
+         set = { \"X-Real-IP\" = \"{client_ip}\", \"X-Client\" = \"{client_ip}:{client_port} via {virtual_server} ({scheme})\" }\n\
+         [virtual_server.response_headers]\nadd = { \"X-Trace\" = \"id={request_id}\" }\n",
+    )
+    .await;
+    let answer = raw(
+        addr,
+        b"PROXY TCP4 203.0.113.9 10.0.0.1 40000 80\r\nGET /echo HTTP/1.1\r\nHost: x\r\n\
+          X-Real-IP: 6.6.6.6\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    let h = &v["headers"];
+    assert_eq!(h["x-real-ip"], serde_json::json!(["203.0.113.9"]), "{v}");
+    assert_eq!(h["x-client"][0], "203.0.113.9:40000 via front (http)");
+    let id = h["x-request-id"][0].as_str().unwrap();
+    let head = head.to_ascii_lowercase();
+    assert!(head.contains(&format!("x-trace: id={id}\r\n")), "{head}");
+    assert!(head.contains(&format!("x-request-id: {id}\r\n")), "{head}");
+}
