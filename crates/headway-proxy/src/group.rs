@@ -122,6 +122,14 @@ impl ServerState {
         }
     }
 
+    /// Takes the administrative state of `prev`, the same server at its former address (its
+    /// DNS name moved): a drain or disable set through the admin API stays with the server.
+    pub fn carry_admin_from(&self, prev: &ServerState) {
+        *self.file_state.lock() = *prev.file_state.lock();
+        self.admin
+            .store(prev.admin.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
     /// The health (up unless a monitor took it down).
     pub fn health(&self) -> Health {
         if self.up.load(Ordering::Relaxed) == 1 {

@@ -632,8 +632,8 @@ impl Proxy {
                             }
                             st.clone()
                         }
-                        None => Arc::new(
-                            ServerState::new(
+                        None => {
+                            let st = ServerState::new(
                                 addr,
                                 s.state,
                                 Pool::new(
@@ -642,8 +642,18 @@ impl Proxy {
                                     sh.workers.len(),
                                 ),
                             )
-                            .with_host(s.address.host().map(str::to_string)),
-                        ),
+                            .with_host(s.address.host().map(str::to_string));
+                            // The same server at another address (its name moved): a state
+                            // set through the admin API stays, unless the file changed it.
+                            let moved = old.servers.iter().find(|(k, _)| {
+                                (&k.0, &k.1, &k.2) == (&g.name, &s.name, &s.address)
+                            });
+                            if let Some((_, prev)) = moved {
+                                st.carry_admin_from(prev);
+                                st.apply_file_state(s.state);
+                            }
+                            Arc::new(st)
+                        }
                     };
                     st.pool.set_tls(connector.clone());
                     next.servers.insert(key, st.clone());

@@ -121,7 +121,19 @@ async fn a_name_that_moves_takes_new_requests_with_it_and_drops_nothing() {
     );
     assert_eq!(origin_of(addr).await, "b");
     assert_eq!(p.snapshot().reloads_failed, 1);
-    drop(a);
+
+    // A drain set through the admin API stays with the server when its name moves.
+    p.replace(Config::parse(&text, "test.toml").unwrap().adc)
+        .await
+        .unwrap();
+    p.set_server_state("g", "app", headway_lb::health::AdminState::Draining)
+        .unwrap();
+    table.set("app.internal", &[a.addr.ip()]);
+    until(&p, "the name back at a", |s| {
+        s.groups[0].servers[0].address == a.addr.to_string()
+    })
+    .await;
+    assert_eq!(p.snapshot().groups[0].servers[0].admin_state, "draining");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
