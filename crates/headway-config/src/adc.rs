@@ -136,11 +136,23 @@ pub struct Monitor {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum MonitorKind {
-    /// A TCP connect succeeds.
-    Tcp,
+    /// A TCP connect succeeds (and the exchange, if any, goes as expected).
+    Tcp(TcpCheck),
     /// An HTTP/1.1 request gets an expected answer.
     Http(HttpMonitor),
 }
+
+/// What a TCP monitor sends once connected and expects back; both empty = the connect alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TcpCheck {
+    /// Sent once connected.
+    pub send: Option<String>,
+    /// The server's first bytes (up to [`TCP_EXPECT_WINDOW`]) must contain this.
+    pub expect: Option<String>,
+}
+
+/// How many of a server's first bytes a TCP monitor's `expect` looks at.
+pub const TCP_EXPECT_WINDOW: usize = 4096;
 
 /// An HTTP health check's request and expectation.
 #[derive(Debug, Clone, PartialEq)]
@@ -790,26 +802,54 @@ fn monitor(m: &MonitorSection, origin: &Origin) -> Result<Monitor, ConfigError> 
     }
     let rise = ranged_or(&m.rise, 2, 1, 100, "monitor rise", origin)?;
     let fall = ranged_or(&m.fall, 3, 1, 100, "monitor fall", origin)?;
+    // A field of the other kind: what to say about it.
+    let only = |key: &str, fix: &'static str| {
+        let key = key.to_string();
+        let name = name.clone();
+        move || format!("monitor `{name}`: `{key}` {fix}")
+    };
     let kind = match m.kind.get_ref().as_str() {
         "tcp" => {
             let http_only = |key: &str| {
-                let key = key.to_string();
-                let name = name.clone();
-                move || {
-                    format!(
-                        "monitor `{name}`: `{key}` is for HTTP monitors; remove it or use \
-                         kind = \"http\""
-                    )
-                }
+                only(
+                    key,
+                    "is for HTTP monitors; remove it or use kind = \"http\"",
+                )
             };
             not_for(&m.method, http_only("method"), origin)?;
             not_for(&m.path, http_only("path"), origin)?;
             not_for(&m.host, http_only("host"), origin)?;
             not_for(&m.expect_status, http_only("expect_status"), origin)?;
             not_for(&m.expect_body, http_only("expect_body"), origin)?;
-            MonitorKind::Tcp
+            let text = |f: &Option<Spanned<String>>, key: &str| match f {
+                Some(t) if t.get_ref().is_empty() || t.get_ref().len() > TCP_EXPECT_WINDOW => {
+                    Err(invalid(
+                        origin.locate(Some(t.span())),
+                        format!(
+                            "monitor `{name}`: `{key}` must be 1 to {TCP_EXPECT_WINDOW} bytes, \
+                             or left out"
+                        ),
+                    ))
+                }
+                other => Ok(other.as_ref().map(|t| t.get_ref().clone())),
+            };
+            MonitorKind::Tcp(TcpCheck {
+                send: text(&m.send, "send")?,
+                expect: text(&m.expect, "expect")?,
+            })
         }
-        "http" => MonitorKind::Http(http_monitor(m, origin)?),
+        "http" => {
+            let tcp_only = |key: &str| {
+                only(
+                    key,
+                    "is for TCP monitors; an HTTP monitor checks with expect_status and \
+                     expect_body",
+                )
+            };
+            not_for(&m.send, tcp_only("send"), origin)?;
+            not_for(&m.expect, tcp_only("expect"), origin)?;
+            MonitorKind::Http(http_monitor(m, origin)?)
+        }
         other => {
             let hint = did_you_mean(other, &["tcp", "http"])
                 .map(|s| format!(" — did you mean `{s}`?"))

@@ -2,12 +2,13 @@
 //! health in its [`ServerState`].
 //!
 //! One task per (group, server) with a monitor, started with a config generation and stopped
-//! when the next one replaces it (the `stop` signal). A check is a TCP connect, or an HTTP/1.1
-//! request whose status and first 64 KiB of body are judged by the monitor's
-//! [`headway_lb::health::HttpExpect`]; each result feeds the server's rise/fall state machine
+//! when the next one replaces it (the `stop` signal). A check is a TCP connect (with the
+//! monitor's `send`, and its `expect` looked for in the server's first 4 KiB, if it has them:
+//! a Redis `PING` / `+PONG`, an SMTP banner), or an HTTP/1.1 request whose status and first
+//! 64 KiB of body are judged by the monitor's [`headway_lb::health::HttpExpect`]; each result feeds the server's rise/fall state machine
 //! ([`ServerState::record_check`]). The first check runs at once, the next after `interval`.
 //! In a group with TLS to its servers, an HTTP check is made over TLS, verified as requests
-//! are (a server whose certificate does not verify is down); a TCP check stays a TCP connect.
+//! are (a server whose certificate does not verify is down); a TCP check stays cleartext.
 //! In a group that sends PROXY headers to its servers, every check starts with one that names
 //! no client (v1 `UNKNOWN`, v2 `LOCAL`: the check's own connection), as such servers expect a
 //! header on every connection. Transitions are logged at `warn` (down) and `info` (up).
@@ -16,7 +17,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use headway_config::adc::{HttpMonitor, Monitor, MonitorKind};
+use headway_config::adc::{HttpMonitor, Monitor, MonitorKind, TcpCheck, TCP_EXPECT_WINDOW};
 use headway_lb::health::Health;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::rt::TokioIo;
@@ -113,8 +114,48 @@ async fn check(kind: &MonitorKind, t: &Target<'_>) -> Result<(), String> {
                 .map_err(|e| format!("TLS handshake: {e}"))?;
             http_check(h, t, stream).await
         }
+        (MonitorKind::Tcp(t), _) => tcp_check(t, stream).await,
+        // A kind this build does not know: the connect decides.
         _ => Ok(()),
     }
+}
+
+/// A TCP monitor's exchange on a connected `stream`: its `send`, then its `expect` among the
+/// server's first bytes.
+async fn tcp_check(t: &TcpCheck, mut stream: TcpStream) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    if let Some(send) = &t.send {
+        stream
+            .write_all(send.as_bytes())
+            .await
+            .map_err(|e| format!("send: {e}"))?;
+    }
+    let Some(expect) = &t.expect else {
+        return Ok(());
+    };
+    let mut got = Vec::with_capacity(256);
+    let mut buf = [0u8; 1024];
+    loop {
+        if got.windows(expect.len()).any(|w| w == expect.as_bytes()) {
+            return Ok(());
+        }
+        if got.len() >= TCP_EXPECT_WINDOW {
+            break;
+        }
+        let n = stream
+            .read(&mut buf)
+            .await
+            .map_err(|e| format!("read: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n.min(TCP_EXPECT_WINDOW - got.len())]);
+    }
+    Err(format!(
+        "`{expect}` not in the server's first {} bytes: {:?}",
+        got.len(),
+        String::from_utf8_lossy(&got[..got.len().min(64)])
+    ))
 }
 
 async fn http_check<S>(h: &HttpMonitor, t: &Target<'_>, stream: S) -> Result<(), String>

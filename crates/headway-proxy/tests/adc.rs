@@ -440,6 +440,69 @@ async fn a_dead_server_is_marked_down_within_interval_times_fall_and_up_after_ri
     assert!(seen_a);
 }
 
+/// A server that answers a line-based protocol: `PING` with `answer`, then closes.
+async fn ping_server(answer: &'static str) -> SocketAddr {
+    raw_server(move |mut s, count| async move {
+        count.fetch_add(1, Ordering::SeqCst);
+        let mut got = Vec::new();
+        let mut buf = [0u8; 256];
+        while !got.ends_with(b"PING\r\n") {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        let _ = s.write_all(answer.as_bytes()).await;
+    })
+    .await
+    .0
+}
+
+/// TCP monitors with `send` and `expect` (a Redis-style `PING` / `+PONG`): a server that
+/// answers otherwise, or says nothing, is down; one that answers as expected is up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_monitors_send_and_expect() {
+    let good = ping_server("+PONG\r\n").await;
+    let wrong = ping_server("-ERR loading\r\n").await;
+    let (silent, _) = raw_server(|mut s, _| async move {
+        let mut buf = [0u8; 256];
+        let _ = s.read(&mut buf).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    })
+    .await;
+    let text = format!(
+        "[[monitor]]\nname = \"redis\"\nkind = \"tcp\"\nsend = \"PING\\r\\n\"\nexpect = \"+PONG\"\n\
+         interval = \"100ms\"\ntimeout = \"80ms\"\nrise = 1\nfall = 1\n{}\
+         [[virtual_server]]\nname = \"l4\"\nkind = \"tcp\"\nlisten = \"127.0.0.1:0\"\ngroup = \"g\"\n",
+        group("g", "monitor = \"redis\"", &[(good, ""), (wrong, ""), (silent, "")])
+    );
+    let (p, _) = proxy(&text).await;
+    until(&p, "every server checked twice", |s| {
+        s.groups[0]
+            .servers
+            .iter()
+            .all(|v| v.checks_ok + v.checks_failed >= 2)
+    })
+    .await;
+    let s = p.snapshot();
+    let states: Vec<(&str, u64, u64)> = s.groups[0]
+        .servers
+        .iter()
+        .map(|v| {
+            (
+                v.health.as_str(),
+                v.checks_ok.min(1),
+                v.checks_failed.min(1),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [("up", 1, 0), ("down", 0, 1), ("down", 0, 1)],
+        "{s:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn draining_finishes_in_flight_requests_and_takes_no_new_clients() {
     let slow = Origin::start("slow", Duration::from_millis(600)).await;

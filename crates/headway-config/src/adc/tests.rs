@@ -33,7 +33,7 @@ fn the_sharepoint_example_parses_as_the_seed_configures_it() {
     assert_eq!(c.runtime.workers, Some(2));
     let adc = &c.adc;
     assert_eq!(adc.monitors.len(), 2);
-    assert_eq!(adc.monitors[0].kind, MonitorKind::Tcp);
+    assert_eq!(adc.monitors[0].kind, MonitorKind::Tcp(TcpCheck::default()));
     assert_eq!((adc.monitors[0].rise, adc.monitors[0].fall), (2, 3));
     let g80 = adc.group("sharepoint_80").unwrap();
     assert_eq!(g80.method, Method::LeastConnection);
@@ -668,4 +668,31 @@ fn retry_on_names_error_statuses() {
         &["group `web`: retry_on: status 200 is out of range"],
     );
     assert_err(&with("[]"), 8, 12, &["retry_on needs statuses"]);
+}
+
+#[test]
+fn tcp_monitors_may_send_and_expect() {
+    let m = |kind: &str, extra: &str| {
+        format!("{GROUP}{VS}[[monitor]]\nname = \"m\"\nkind = \"{kind}\"\n{extra}\n")
+    };
+    let c = parse(&m("tcp", "send = \"PING\\r\\n\"\nexpect = \"+PONG\""));
+    assert_eq!(
+        c.adc.monitors[0].kind,
+        MonitorKind::Tcp(TcpCheck {
+            send: Some("PING\r\n".into()),
+            expect: Some("+PONG".into()),
+        })
+    );
+    assert_err(
+        &m("http", "send = \"x\""),
+        13,
+        8,
+        &["`send` is for TCP monitors"],
+    );
+    assert_err(
+        &m("tcp", "expect = \"\""),
+        13,
+        10,
+        &["`expect` must be 1 to 4096 bytes"],
+    );
 }

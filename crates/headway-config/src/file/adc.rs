@@ -35,8 +35,8 @@ pub struct MonitorSection {
     /// The monitor's name, used by `server_group.monitor`: letters, digits, `-`, `_`, `.`.
     /// Required.
     pub name: Spanned<String>,
-    /// `"tcp"` (a TCP connect succeeds) or `"http"` (an HTTP/1.1 request gets an expected
-    /// answer). Required.
+    /// `"tcp"` (a TCP connect succeeds, and with `send` / `expect` the server answers as
+    /// expected) or `"http"` (an HTTP/1.1 request gets an expected answer). Required.
     pub kind: Spanned<String>,
     /// Time between two checks of one server (`"5s"`). Default: `"5s"`.
     pub interval: Option<Spanned<DurationValue>>,
@@ -50,6 +50,14 @@ pub struct MonitorSection {
     /// The port checked, for servers whose health is served on another port than their
     /// traffic (a management or status port), 1–65535. Default: each server's own port.
     pub port: Option<Spanned<u32>>,
+    /// TCP only: text sent once connected, as a TOML string with its escapes
+    /// (`"PING\r\n"` for Redis, `"QUIT\r\n"`); NetScaler's TCP-ECV and HAProxy's `tcp-check
+    /// send`. Default: nothing sent.
+    pub send: Option<Spanned<String>>,
+    /// TCP only: text the server's first bytes must contain (`"+PONG"`, an SMTP `"220"`
+    /// banner, `"SSH-"`); up to 4 KiB are read within `timeout`. Default: none (the connect
+    /// alone decides).
+    pub expect: Option<Spanned<String>>,
     /// HTTP only: the request method. Default: `"GET"`.
     pub method: Option<Spanned<String>>,
     /// HTTP only: the request path, starting with `/`. Default: `"/"`.
