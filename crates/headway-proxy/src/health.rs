@@ -5,13 +5,14 @@
 //! when the next one replaces it (the `stop` signal). A check is a TCP connect (with the
 //! monitor's `send`, and its `expect` looked for in the server's first 4 KiB, if it has them:
 //! a Redis `PING` / `+PONG`, an SMTP banner), or an HTTP/1.1 request whose status and first
-//! 64 KiB of body are judged by the monitor's [`headway_lb::health::HttpExpect`]; each result feeds the server's rise/fall state machine
-//! ([`ServerState::record_check`]). The first check runs at once, the next after `interval`.
-//! In a group with TLS to its servers, an HTTP check is made over TLS, verified as requests
-//! are (a server whose certificate does not verify is down); a TCP check stays cleartext.
-//! In a group that sends PROXY headers to its servers, every check starts with one that names
-//! no client (v1 `UNKNOWN`, v2 `LOCAL`: the check's own connection), as such servers expect a
-//! header on every connection. Transitions are logged at `warn` (down) and `info` (up).
+//! 64 KiB of body are judged by the monitor's [`headway_lb::health::HttpExpect`]; each result
+//! feeds the server's rise/fall state machine ([`ServerState::record_check`]). The first check
+//! runs at once, the next after `interval`. In a group with TLS to its servers, an HTTP check
+//! is made over TLS, verified as requests are (a server whose certificate does not verify is
+//! down); a TCP check stays cleartext. In a group that sends PROXY headers to its servers,
+//! every check starts with one that names no client (v1 `UNKNOWN`, v2 `LOCAL`: the check's own
+//! connection), as such servers expect a header on every connection. Transitions are logged at
+//! `warn` (down) and `info` (up).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -114,7 +115,7 @@ async fn check(kind: &MonitorKind, t: &Target<'_>) -> Result<(), String> {
                 .map_err(|e| format!("TLS handshake: {e}"))?;
             http_check(h, t, stream).await
         }
-        (MonitorKind::Tcp(t), _) => tcp_check(t, stream).await,
+        (MonitorKind::Tcp(exchange), _) => tcp_check(exchange, stream).await,
         // A kind this build does not know: the connect decides.
         _ => Ok(()),
     }

@@ -2,8 +2,8 @@
 //!
 //! A server written as `name:port` ([`ServerAddress::Name`]) is looked up through a
 //! [`Resolve`] — the system's resolver ([`SystemResolver`]: `/etc/hosts`, then DNS, as
-//! `getaddrinfo` does) unless the program gives its own ([`TableResolver`] answers from a table). [`resolve_config`] runs when a config is
-//! applied: every name is looked up (at once, each bounded by [`LOOKUP_TIMEOUT`]); a name that
+//! `getaddrinfo` does) unless the program gives its own ([`TableResolver`] answers from a
+//! table). [`resolve_config`] runs when a config is applied: every name is looked up (at once, each bounded by [`LOOKUP_TIMEOUT`]); a name that
 //! fails keeps the address the running generation had for the same server and name, and
 //! refuses the config when there is none. [`refresh`] runs per group, every `dns_refresh`: it
 //! looks the group's names up again and returns `true` when one now points elsewhere, and the

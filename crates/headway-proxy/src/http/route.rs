@@ -1,10 +1,12 @@
 //! Content switching: which server group a request goes to.
 //!
-//! [`Router`] holds a virtual server's rules in file order and its default group; [`Router::route`]
-//! returns the first rule whose every condition holds (or the default). Pure: it reads the
-//! request's method, host, path and headers, and the client's address, and nothing else. Host is the `Host` header (or the
-//! URI's authority for HTTP/2), lower-cased, port removed; path is the URI path before `?`,
-//! compared as received (not percent-decoded, as NetScaler and HAProxy compare it).
+//! [`Router`] holds a virtual server's rules in file order and its default group;
+//! [`Router::route`] returns the first rule whose every condition holds (or the default). Pure:
+//! it reads the request's method, host, path and headers, and the client's address, and nothing
+//! else. Host is the `Host` header (or the URI's authority for HTTP/2), lower-cased, port
+//! removed; path is the URI path before `?`, compared as received (not percent-decoded, as
+//! NetScaler and HAProxy compare it); the client's address is the PROXY header's when the
+//! virtual server takes them.
 
 use std::net::IpAddr;
 
