@@ -440,6 +440,8 @@ pub enum Condition {
     Source(Vec<Cidr>),
     /// The client's address is in none of these networks.
     SourceNot(Vec<Cidr>),
+    /// The client is in this share of all clients.
+    Share(Share),
     /// A header (name lower case) is present and its value matches.
     Header {
         /// The header's name, lower case.
@@ -447,6 +449,79 @@ pub enum Condition {
         /// What its value must be.
         value: ValueMatch,
     },
+}
+
+/// A share of the clients (a rule's `share`): which side a client falls on depends only on its
+/// address and the rule's name, so it is the same on every request, every worker and every
+/// restart, and two rules of different names split the clients independently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    /// The share, in hundredths of a per cent (1–10,000).
+    pub basis_points: u16,
+    /// Mixed into each client's hash: the rule's name's.
+    pub salt: u64,
+}
+
+impl Share {
+    /// `basis_points` of the clients, for the rule named `rule`.
+    pub fn new(basis_points: u16, rule: &str) -> Share {
+        Share {
+            basis_points,
+            salt: fnv1a(0xcbf2_9ce4_8422_2325, rule.as_bytes()),
+        }
+    }
+
+    /// Whether `client` is in the share.
+    pub fn holds(&self, client: std::net::IpAddr) -> bool {
+        // An IPv4 client on an IPv6 socket is the same client.
+        let client = match client {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(client, std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        let mut h = match client {
+            std::net::IpAddr::V4(a) => fnv1a(self.salt, &a.octets()),
+            std::net::IpAddr::V6(a) => fnv1a(self.salt, &a.octets()),
+        };
+        // FNV's low bits mix poorly: finish with splitmix64's.
+        h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        h ^= h >> 31;
+        (h % 10_000) < u64::from(self.basis_points)
+    }
+}
+
+/// FNV-1a over `bytes`, from `state`.
+fn fnv1a(mut state: u64, bytes: &[u8]) -> u64 {
+    for b in bytes {
+        state ^= u64::from(*b);
+        state = state.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    state
+}
+
+/// Parses a share, `"10%"` or `"0.5%"`: its basis points (1–10,000).
+fn parse_share(text: &str) -> Result<u16, String> {
+    let t = text.trim();
+    let bad =
+        || format!("share `{text}` is not a percentage from 0.01% to 100%: write e.g. \"10%\"");
+    let number = t.strip_suffix('%').ok_or_else(bad)?.trim();
+    let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty()
+        || frac.len() > 2
+        || !(whole.chars().chain(frac.chars())).all(|c| c.is_ascii_digit())
+    {
+        return Err(bad());
+    }
+    let whole: u32 = whole.parse().map_err(|_| bad())?;
+    let frac: u32 = format!("{frac:0<2}").parse().map_err(|_| bad())?;
+    let bp = whole
+        .checked_mul(100)
+        .and_then(|w| w.checked_add(frac))
+        .ok_or_else(bad)?;
+    if !(1..=10_000).contains(&bp) {
+        return Err(bad());
+    }
+    Ok(bp as u16)
 }
 
 /// How a header's value is matched.
@@ -1734,13 +1809,23 @@ fn rule(
         &format!("rule `{name}`"),
         origin,
     )?;
+    let mut conditions = conditions;
+    if let Some(sh) = &r.share {
+        let bp = parse_share(sh.get_ref()).map_err(|m| {
+            invalid(
+                origin.locate(Some(sh.span())),
+                format!("rule `{name}`: {m}"),
+            )
+        })?;
+        conditions.push(Condition::Share(Share::new(bp, &name)));
+    }
     if conditions.is_empty() {
         return Err(invalid(
             origin.locate(Some(rule_span(r))),
             format!(
                 "rule `{name}` has no condition and would match every request: add one (host, \
                  path, path_prefix, path_contains, path_regex, path_extension, method, header, \
-                 source, source_not), \
+                 source, source_not, share), \
                  or set the virtual server's `group` instead"
             ),
         ));
@@ -1778,6 +1863,7 @@ fn rule_span(r: &AdcRuleSection) -> std::ops::Range<usize> {
         .or_else(|| r.header.as_ref().map(Spanned::span))
         .or_else(|| r.source.as_ref().map(Spanned::span))
         .or_else(|| r.source_not.as_ref().map(Spanned::span))
+        .or_else(|| r.share.as_ref().map(Spanned::span))
         .unwrap_or(0..0)
 }
 

@@ -696,3 +696,56 @@ fn tcp_monitors_may_send_and_expect() {
         &["`expect` must be 1 to 4096 bytes"],
     );
 }
+
+#[test]
+fn a_share_of_the_clients_is_steady_per_client_and_near_its_size() {
+    for (text, bp) in [
+        ("10%", 1000),
+        ("0.5%", 50),
+        (" 100 % ", 10_000),
+        ("0.01%", 1),
+    ] {
+        assert_eq!(parse_share(text), Ok(bp), "{text}");
+    }
+    for bad in ["10", "0%", "101%", "1.234%", "-5%", "%", "x%", "1e2%"] {
+        assert!(parse_share(bad).is_err(), "{bad}");
+    }
+    let canary = Share::new(1000, "canary");
+    let clients: Vec<std::net::IpAddr> = (0..20_000u32)
+        .map(|i| std::net::Ipv4Addr::from(0x0a00_0000 + i).into())
+        .collect();
+    let inside = clients.iter().filter(|c| canary.holds(**c)).count();
+    // 10 % of 20,000 = 2,000; a fair hash stays within a few per cent of it.
+    assert!((1_800..=2_200).contains(&inside), "{inside}");
+    // Steady: the same answer for a client every time, as IPv4 or IPv4-mapped IPv6.
+    for c in &clients[..100] {
+        let std::net::IpAddr::V4(v4) = c else {
+            unreachable!()
+        };
+        assert_eq!(canary.holds(*c), canary.holds(v4.to_ipv6_mapped().into()));
+    }
+    // Another rule splits the clients independently of this one.
+    let other = Share::new(1000, "other");
+    let both = clients
+        .iter()
+        .filter(|c| canary.holds(**c) && other.holds(**c))
+        .count();
+    assert!(
+        (100..=320).contains(&both),
+        "{both} in both of two 10 % shares"
+    );
+    assert!(clients.iter().all(|c| Share::new(10_000, "x").holds(*c)));
+    let c = parse(&format!(
+        "{GROUP}{VS}[[virtual_server.rule]]\nname = \"canary\"\nshare = \"10%\"\ngroup = \"web\"\n"
+    ));
+    assert_eq!(
+        c.adc.virtual_servers[0].rules[0].conditions,
+        [Condition::Share(canary)]
+    );
+    assert_err(
+        &format!("{GROUP}{VS}[[virtual_server.rule]]\nshare = \"110%\"\ngroup = \"web\"\n"),
+        11,
+        9,
+        &["rule `rule-1`: share `110%` is not a percentage"],
+    );
+}

@@ -561,6 +561,10 @@ pub struct RuleSection {
     /// the address the header names. With `respond = { status = 403 }` and `source_not`, an
     /// access list.
     pub source: Option<Spanned<Vec<Spanned<String>>>>,
+    /// A share of the clients, `"10%"` (0.01 %–100 %): each client address falls on the same
+    /// side every time (a hash of the address and the rule's name), so a canary group gets
+    /// that share of the users, and each of them stays on it. Default: every client.
+    pub share: Option<Spanned<String>>,
     /// The client's address is in none of these networks (`source_not = ["10.0.0.0/8"]` with
     /// `path_prefix = "/admin"` and `respond = { status = 403 }`: the admin pages only from
     /// inside).

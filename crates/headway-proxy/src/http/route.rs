@@ -85,6 +85,7 @@ pub(crate) fn matches(
 ) -> bool {
     match c {
         Condition::Source(nets) => client.is_some_and(|ip| nets.iter().any(|n| n.contains(ip))),
+        Condition::Share(share) => client.is_some_and(|ip| share.holds(ip)),
         Condition::SourceNot(nets) => client.is_some_and(|ip| !nets.iter().any(|n| n.contains(ip))),
         Condition::Host(h) => host == Some(h.as_str()),
         Condition::HostSuffix(s) => host.is_some_and(|h| h.ends_with(s.as_str())),

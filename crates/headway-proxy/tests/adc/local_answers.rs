@@ -292,3 +292,47 @@ async fn the_proxys_own_errors_carry_the_virtual_servers_page() {
     assert_eq!(a.text(), "<h1>Maintenance until noon</h1>\n");
     assert_eq!(get(&c, addr, "/echo").await.status, 200);
 }
+
+/// A canary rule (`share = "30%"`): about that share of the clients reach the canary group,
+/// and each client stays on its side, whichever connection it comes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_of_the_clients_goes_to_the_canary_and_stays_there() {
+    let (stable, canary) = (
+        Origin::start("stable", Duration::ZERO).await,
+        Origin::start("canary", Duration::ZERO).await,
+    );
+    let text = format!(
+        "{}{}{}[[virtual_server.rule]]\nname = \"canary\"\nshare = \"30%\"\ngroup = \"canary\"\n",
+        group("stable", "", &[(stable.addr, "")]),
+        group("canary", "", &[(canary.addr, "")]),
+        vs("stable", "accept_proxy_protocol = true"),
+    );
+    let (_p, addr) = proxy(&text).await;
+    let origin_for = |i: u32| async move {
+        let client = std::net::Ipv4Addr::from(0xc633_6400 + i); // 198.51.100.0/22
+        let answer = raw(
+            addr,
+            format!(
+                "PROXY TCP4 {client} 10.0.0.1 40000 80\r\nGET /echo HTTP/1.1\r\nHost: x\r\n\
+                 Connection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .to_ascii_lowercase();
+        assert!(answer.starts_with("http/1.1 200"), "{answer}");
+        answer.contains("x-origin: canary")
+    };
+    let mut first = Vec::new();
+    for i in 0..200 {
+        first.push(origin_for(i).await);
+    }
+    let on_canary = first.iter().filter(|c| **c).count();
+    assert!(
+        (35..=85).contains(&on_canary),
+        "{on_canary} of 200 clients on the canary"
+    );
+    for i in 0..40 {
+        assert_eq!(origin_for(i).await, first[i as usize], "client {i} moved");
+    }
+}
