@@ -413,6 +413,33 @@ pub struct Rule {
     pub action: Action,
     /// The conditions (at least one), all of which must hold.
     pub conditions: Vec<Condition>,
+    /// How the path of the requests it sends to its group is rewritten; `None` = not.
+    pub path_rewrite: Option<PathRewrite>,
+}
+
+/// A rule's path rewrite: the path's match of `from` replaced by `to`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PathRewrite {
+    /// Matched against the path.
+    pub from: Pattern,
+    /// The replacement (`regex`'s syntax: `$1`, `${name}`, `$$`).
+    pub to: String,
+}
+
+impl PathRewrite {
+    /// The rewritten `path`: `None` when `from` does not match it (the path stays). A result
+    /// that is empty is `/`; one without a leading `/` gets one.
+    pub fn apply(&self, path: &str) -> Option<String> {
+        if !self.from.0.is_match(path) {
+            return None;
+        }
+        let out = self.from.0.replace(path, self.to.as_str());
+        Some(if out.starts_with('/') {
+            out.into_owned()
+        } else {
+            format!("/{out}")
+        })
+    }
 }
 
 /// One condition of a rule.
@@ -1830,10 +1857,48 @@ fn rule(
             ),
         ));
     }
+    let path_rewrite = match &r.path_rewrite {
+        None => None,
+        Some(pr) => {
+            if action.group().is_none() {
+                return Err(invalid(
+                    origin.locate(Some(pr.span())),
+                    format!(
+                        "rule `{name}`: path_rewrite changes what is sent to a group, and this \
+                         rule answers itself: remove it, or send the rule to a group"
+                    ),
+                ));
+            }
+            let pr = pr.get_ref();
+            let from = regex::Regex::new(pr.from.get_ref()).map_err(|e| {
+                invalid(
+                    origin.locate(Some(pr.from.span())),
+                    format!(
+                        "rule `{name}`: path_rewrite `from` is not a valid regular expression: {e}"
+                    ),
+                )
+            })?;
+            let to = pr.to.get_ref();
+            if (!is_visible(to) && !to.is_empty()) || to.contains(['?', '#']) {
+                return Err(invalid(
+                    origin.locate(Some(pr.to.span())),
+                    format!(
+                        "rule `{name}`: path_rewrite `to` must be visible ASCII without spaces, \
+                         `?` or `#` (percent-encode them; the query is kept as it came)"
+                    ),
+                ));
+            }
+            Some(PathRewrite {
+                from: Pattern(from),
+                to: to.clone(),
+            })
+        }
+    };
     Ok(Rule {
         name,
         action,
         conditions,
+        path_rewrite,
     })
 }
 

@@ -730,6 +730,34 @@ async fn content_switching_sends_each_rule_to_its_group() {
     }
 }
 
+/// A rule that strips its prefix: the server sees the rewritten path with the query, the
+/// access log the request as received.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rules_path_rewrite_reaches_the_server_and_the_log_keeps_the_original() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let (_o, _p, addr) = before_one_origin(&format!(
+        "access_log = \"{}\"\naccess_log_format = \"json\"\n\
+         [[virtual_server.rule]]\nname = \"api\"\npath_prefix = \"/api/\"\ngroup = \"g\"\n\
+         path_rewrite = {{ from = \"^/api(/.*)$\", to = \"$1\" }}\n",
+        log.display()
+    ))
+    .await;
+    let c = client();
+    let target = |a: &Answer| {
+        let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        v["target"].as_str().unwrap().to_string()
+    };
+    assert_eq!(
+        target(&get(&c, addr, "/api/echo?x=1&y=2").await),
+        "/echo?x=1&y=2"
+    );
+    // Requests no rewriting rule takes pass as they are.
+    assert_eq!(target(&get(&c, addr, "/echo?api=1").await), "/echo?api=1");
+    let lines = json_log_lines(&log, 2).await;
+    assert_eq!(lines[0]["uri"], "/api/echo?x=1&y=2");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarding_headers_and_header_rules_reach_the_server() {
     let o = Origin::start("o", Duration::ZERO).await;

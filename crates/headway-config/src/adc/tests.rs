@@ -749,3 +749,44 @@ fn a_share_of_the_clients_is_steady_per_client_and_near_its_size() {
         &["rule `rule-1`: share `110%` is not a percentage"],
     );
 }
+
+#[test]
+fn a_rule_may_rewrite_the_path_it_sends_to_its_group() {
+    let rule = |extra: &str| {
+        format!(
+            "{GROUP}{VS}[[virtual_server.rule]]\npath_prefix = \"/api\"\n{extra}\n\
+             path_rewrite = {{ from = \"^/api(/.*)?$\", to = \"$1\" }}\n"
+        )
+    };
+    let c = parse(&rule("group = \"web\""));
+    let rw = c.adc.virtual_servers[0].rules[0]
+        .path_rewrite
+        .as_ref()
+        .unwrap();
+    assert_eq!(rw.apply("/api/users").as_deref(), Some("/users"));
+    assert_eq!(rw.apply("/api").as_deref(), Some("/"));
+    assert_eq!(rw.apply("/other"), None);
+    let e = Config::parse(&rule("respond = { status = 403 }"), "adc.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("path_rewrite changes what is sent to a group"),
+        "{e}"
+    );
+    for (from, to, says) in [
+        ("(", "/", "`from` is not a valid regular expression"),
+        (
+            "^/a",
+            "/b?c",
+            "`to` must be visible ASCII without spaces, `?` or `#`",
+        ),
+        ("^/a", "/b c", "`to` must be visible ASCII"),
+    ] {
+        let text = format!(
+            "{GROUP}{VS}[[virtual_server.rule]]\npath_prefix = \"/a\"\ngroup = \"web\"\n\
+             path_rewrite = {{ from = \"{from}\", to = \"{to}\" }}\n"
+        );
+        let e = Config::parse(&text, "adc.toml").unwrap_err().to_string();
+        assert!(e.contains(says), "{from} {to}: {e}");
+    }
+}

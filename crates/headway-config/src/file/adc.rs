@@ -561,6 +561,12 @@ pub struct RuleSection {
     /// the address the header names. With `respond = { status = 403 }` and `source_not`, an
     /// access list.
     pub source: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Rewrite the path of the requests this rule sends to its group (`group` only): `from` is
+    /// a regular expression (Rust `regex`) matched against the path, `to` its replacement with
+    /// `$1`, `${name}` for captured groups (`{ from = "^/api(/.*)?$", to = "$1" }` strips the
+    /// prefix `/api`). The query is kept; a path that comes out empty is `/`. The access log
+    /// records the request as received. Default: the path as received.
+    pub path_rewrite: Option<Spanned<PathRewriteSection>>,
     /// A share of the clients, `"10%"` (0.01 %–100 %): each client address falls on the same
     /// side every time (a hash of the address and the rule's name), so a canary group gets
     /// that share of the users, and each of them stays on it. Default: every client.
@@ -569,6 +575,16 @@ pub struct RuleSection {
     /// `path_prefix = "/admin"` and `respond = { status = 403 }`: the admin pages only from
     /// inside).
     pub source_not: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+/// A rule's `path_rewrite`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PathRewriteSection {
+    /// The regular expression matched against the path. Required.
+    pub from: Spanned<String>,
+    /// The replacement (`$1`, `${name}`, `$$` for a dollar sign). Required.
+    pub to: Spanned<String>,
 }
 
 /// A rule's header condition.

@@ -1167,6 +1167,12 @@ async fn phases(
     if let Some(hits) = rule.and_then(|i| vs.rule_hits.get(i)) {
         hits.inc();
     }
+    if let Some(rw) = rule
+        .and_then(|i| vs.router.rule(i))
+        .and_then(|r| r.path_rewrite.as_ref())
+    {
+        route::rewrite_path(&mut parts, rw);
+    }
     let group = match target {
         Target::Group(group) => group.clone(),
         Target::Answer(answer) => {

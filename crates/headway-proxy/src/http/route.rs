@@ -46,6 +46,11 @@ impl<T> Router<T> {
         (&self.default, None)
     }
 
+    /// The rule at `index` in file order.
+    pub fn rule(&self, index: usize) -> Option<&Rule> {
+        self.rules.get(index).map(|(r, _)| r)
+    }
+
     /// The rules' names and targets, in order.
     pub fn rules(&self) -> impl Iterator<Item = (&Rule, &T)> {
         self.rules.iter().map(|(r, t)| (r, t))
@@ -54,6 +59,26 @@ impl<T> Router<T> {
     /// The default target.
     pub fn default_target(&self) -> &T {
         &self.default
+    }
+}
+
+/// Rewrites the path of `req` by `rw` (a rule's `path_rewrite`), keeping its query; a result
+/// that is not a valid path leaves the request as it was.
+pub fn rewrite_path(req: &mut Parts, rw: &headway_config::adc::PathRewrite) {
+    let Some(path) = rw.apply(req.uri.path()) else {
+        return;
+    };
+    let pq = match req.uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    };
+    let mut parts = req.uri.clone().into_parts();
+    parts.path_and_query = match pq.parse() {
+        Ok(pq) => Some(pq),
+        Err(_) => return,
+    };
+    if let Ok(uri) = http::Uri::from_parts(parts) {
+        req.uri = uri;
     }
 }
 
@@ -132,6 +157,7 @@ mod tests {
             name: name.into(),
             action: headway_config::adc::Action::Group(String::new()),
             conditions,
+            path_rewrite: None,
         }
     }
 
@@ -228,6 +254,32 @@ mod tests {
         for c in &r.rules().next().unwrap().0.conditions[1..] {
             assert!(!matches(c, &req, None, "/admin", None));
         }
+    }
+
+    #[test]
+    fn a_rewrite_changes_the_path_and_keeps_the_query() {
+        let rw = |from: &str, to: &str| headway_config::adc::PathRewrite {
+            from: Pattern(regex::Regex::new(from).unwrap()),
+            to: to.into(),
+        };
+        let strip = rw("^/api(/.*)?$", "$1");
+        for (uri, want) in [
+            ("/api/users?id=7", "/users?id=7"),
+            ("/api", "/"),
+            ("/apis/x", "/apis/x"),
+            ("http://h2.example/api/v1", "http://h2.example/v1"),
+        ] {
+            let mut p = parts("GET", uri, &[]);
+            rewrite_path(&mut p, &strip);
+            assert_eq!(p.uri.to_string(), want, "{uri}");
+        }
+        let mut p = parts("GET", "/old/a/b", &[]);
+        rewrite_path(&mut p, &rw("^/old/(?P<rest>.*)", "/new/${rest}"));
+        assert_eq!(p.uri, "/new/a/b");
+        // A result that is no path leaves the request alone.
+        let mut p = parts("GET", "/x", &[]);
+        rewrite_path(&mut p, &rw("x", "a b"));
+        assert_eq!(p.uri, "/x");
     }
 
     #[test]
