@@ -705,10 +705,10 @@ fn a_share_of_the_clients_is_steady_per_client_and_near_its_size() {
         (" 100 % ", 10_000),
         ("0.01%", 1),
     ] {
-        assert_eq!(parse_share(text), Ok(bp), "{text}");
+        assert_eq!(share::parse_share(text), Ok(bp), "{text}");
     }
     for bad in ["10", "0%", "101%", "1.234%", "-5%", "%", "x%", "1e2%"] {
-        assert!(parse_share(bad).is_err(), "{bad}");
+        assert!(share::parse_share(bad).is_err(), "{bad}");
     }
     let canary = Share::new(1000, "canary");
     let clients: Vec<std::net::IpAddr> = (0..20_000u32)
