@@ -71,7 +71,10 @@ async fn a_name_that_moves_takes_new_requests_with_it_and_drops_nothing() {
         let c = c.clone();
         async move { get(&c, addr, "/dynamic?latency=800ms").await }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    until(&p, "the slow request in flight", |s| {
+        s.groups[0].servers[0].active == 1
+    })
+    .await;
     let generation = p.snapshot().generation;
     table.set("app.internal", &[b.addr.ip()]);
     until(&p, "the new address in use", |s| {
