@@ -346,8 +346,9 @@ pub struct VirtualServerSection {
     /// HTTP: pages of your own for the errors the proxy answers itself
     /// (`[[virtual_server.error_page]]`): every server down or the surge queue full (503), a
     /// server that failed (502) or did not answer in time (504), too many requests (429), a
-    /// body too large (413), a refused request (400). Answers of the servers are passed as
-    /// they come. Default: none (a short text of what happened).
+    /// body too large (413), a request refused for its framing or host (400). Answers of the
+    /// servers are passed as they come; a request whose head cannot be read as HTTP at all
+    /// may still get the short text. Default: none (a short text of what happened).
     #[serde(default)]
     pub error_page: Vec<ErrorPageSection>,
 }
@@ -577,7 +578,8 @@ pub struct RuleSection {
     pub source_not: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
-/// A rule's `path_rewrite`.
+/// `[virtual_server.rule.path_rewrite]`: how a rule rewrites the path it sends to its group,
+/// written inline: `path_rewrite = { from = "^/api(/.*)?$", to = "$1" }`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PathRewriteSection {
