@@ -216,10 +216,7 @@ impl FromStr for Cidr {
 impl Cidr {
     /// Whether `ip` is in this network (an IPv4-mapped IPv6 address counts as its IPv4 one).
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
+        let ip = headway_core::net::unmapped(ip);
         ip.is_ipv4() == self.addr.is_ipv4() && mask(ip, self.prefix) == self.addr
     }
 }

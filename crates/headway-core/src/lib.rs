@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod clock;
+pub mod net;
 pub mod rng;
 pub mod units;
 

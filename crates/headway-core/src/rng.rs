@@ -9,6 +9,15 @@
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+/// The splitmix64 finaliser: a bijective 64-bit mixer with full avalanche (distinct inputs give
+/// distinct outputs; nearby inputs give unrelated ones).
+#[inline]
+pub const fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// A deterministic, seedable random number generator.
 #[derive(Debug, Clone)]
 pub struct Rng {
@@ -30,11 +39,8 @@ impl Rng {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
-        // splitmix64 finaliser so that nearby times give unrelated seeds
-        let mut z = t ^ (u64::from(std::process::id()) << 32);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        // Mixed, so that nearby times give unrelated seeds.
+        mix64(t ^ (u64::from(std::process::id()) << 32))
     }
 
     /// A child generator for an independent stream (e.g. one per link direction), derived

@@ -69,6 +69,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 
+use headway_core::rng::mix64 as mix;
 use headway_core::Rng;
 
 /// The fixed BLAKE3 key for hashing selection keys. Not a secret: it only has to be the same
@@ -410,14 +411,6 @@ fn rendezvous(candidates: &[Candidate], all_zero: bool, key: u64) -> Option<usiz
         }
     }
     best.map(|(i, _)| i)
-}
-
-/// The splitmix64 finaliser: a bijective 64-bit mixer with full avalanche.
-#[inline]
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 pub mod slow_start;

@@ -24,19 +24,12 @@ impl Share {
     /// Whether `client` is in the share.
     pub fn holds(&self, client: std::net::IpAddr) -> bool {
         // An IPv4 client on an IPv6 socket is the same client.
-        let client = match client {
-            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(client, std::net::IpAddr::V4),
-            v4 => v4,
-        };
-        let mut h = match client {
+        let h = match headway_core::net::unmapped(client) {
             std::net::IpAddr::V4(a) => fnv1a(self.salt, &a.octets()),
             std::net::IpAddr::V6(a) => fnv1a(self.salt, &a.octets()),
         };
         // FNV's low bits mix poorly: finish with splitmix64's.
-        h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        h ^= h >> 31;
-        (h % 10_000) < u64::from(self.basis_points)
+        (headway_core::rng::mix64(h) % 10_000) < u64::from(self.basis_points)
     }
 }
 

@@ -121,10 +121,7 @@ pub struct Client {
 impl Client {
     /// The client at `ip` (an IPv4-mapped IPv6 address is written as IPv4).
     pub fn new(ip: IpAddr) -> Self {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
+        let ip = headway_core::net::unmapped(ip);
         let xff = match ip {
             IpAddr::V4(v4) => ipv4_value(v4),
             IpAddr::V6(v6) => HeaderValue::from_str(&v6.to_string())

@@ -43,12 +43,9 @@ pub fn next() -> HeaderValue {
     HeaderValue::from_str(&text).expect("hex digits are a header value")
 }
 
-/// splitmix64's finaliser: a bijection on u64, so distinct counters give distinct IDs.
+/// A counter mixed by splitmix64 (a bijection on u64, so distinct counters give distinct IDs).
 fn mix(n: u64) -> u64 {
-    let mut z = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    headway_core::rng::mix64(n.wrapping_add(0x9e37_79b9_7f4a_7c15))
 }
 
 #[cfg(test)]
