@@ -10,6 +10,7 @@
 //! |---|---|
 //! | `adc_requests_total`, `adc_connections_total`, `adc_refused_connections_total`, `adc_bad_proxy_headers_total`, `adc_rate_limited_total`, `adc_bad_requests_total`, `adc_upgrades_total` | `virtual_server` |
 //! | `adc_rule_hits_total` | `virtual_server`, `rule` |
+//! | `adc_rule_limited_total` | `virtual_server`, `rule` |
 //! | `adc_responses_total` | `virtual_server`, `class` = `1xx` … `5xx` |
 //! | `adc_bytes_total` | `virtual_server`, `direction` = `in` / `out` |
 //! | `adc_active_connections`, `adc_tunnels` (upgraded connections open: WebSockets) | `virtual_server` |
@@ -171,9 +172,13 @@ impl Collector for AdcCollector {
             counters(&mut enc, name, help, &values)?;
         }
         let mut rule_hits = Vec::new();
+        let mut rule_limited = Vec::new();
         for v in &s.virtual_servers {
             for ((rule, _), n) in v.rules.iter().zip(&v.rule_hits) {
                 rule_hits.push((with(vs(v), "rule", rule), *n));
+            }
+            for ((rule, _), n) in v.rules.iter().zip(&v.rule_limited) {
+                rule_limited.push((with(vs(v), "rule", rule), *n));
             }
         }
         counters(
@@ -181,6 +186,12 @@ impl Collector for AdcCollector {
             "adc_rule_hits",
             "Requests a content-switching rule matched",
             &rule_hits,
+        )?;
+        counters(
+            &mut enc,
+            "adc_rule_limited",
+            "Requests a rule's rate limit refused with 429",
+            &rule_limited,
         )?;
         let mut responses = Vec::new();
         let mut bytes = Vec::new();
@@ -789,6 +800,18 @@ pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
         }
     }
     table(out, &rows)?;
+    // Requests refused by rules' rate limits, for the rules that refused any.
+    for v in &s.virtual_servers {
+        for ((rule, _), n) in v.rules.iter().zip(&v.rule_limited) {
+            if *n > 0 {
+                writeln!(
+                    out,
+                    "{} rule {rule}: {n} request(s) over its rate limit (429)",
+                    v.name
+                )?;
+            }
+        }
+    }
     // Upgraded connections (WebSockets), for the virtual servers that had any.
     for v in s.virtual_servers.iter().filter(|v| v.upgrades > 0) {
         writeln!(
@@ -983,6 +1006,7 @@ mod tests {
                 group: "g".into(),
                 rules: vec![("mysite".into(), "g2".into())],
                 rule_hits: vec![7],
+                rule_limited: vec![2],
                 requests: 10,
                 responses: [0, 9, 0, 0, 1],
                 upgrades: 5,
@@ -1106,6 +1130,7 @@ mod tests {
             "headway_adc_upgrades_total{virtual_server=\"web\"} 5",
             "headway_adc_bad_proxy_headers_total{virtual_server=\"web\"} 4",
             "headway_adc_rule_hits_total{virtual_server=\"web\",rule=\"mysite\"} 7",
+            "headway_adc_rule_limited_total{virtual_server=\"web\",rule=\"mysite\"} 2",
             "headway_adc_server_ejections_total{group=\"g\",server=\"s1\"} 2",
             "headway_adc_server_dns_failures_total{group=\"g\",server=\"app\"} 3",
             "headway_adc_tunnels{virtual_server=\"web\"} 2.0",
@@ -1163,6 +1188,10 @@ mod tests {
         assert!(text.contains("90%"), "{text}");
         assert!(text.contains("group g (least-connection)"), "{text}");
         assert!(text.contains("web upgrades: 5 (2 open)"), "{text}");
+        assert!(
+            text.contains("web rule mysite: 2 request(s) over its rate limit (429)"),
+            "{text}"
+        );
         assert!(
             text.contains("web closed for a bad PROXY header: 4"),
             "{text}"

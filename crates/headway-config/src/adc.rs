@@ -37,6 +37,7 @@ pub mod action;
 pub mod address;
 pub mod error_page;
 pub mod header_value;
+pub mod rate_limit;
 pub mod share;
 pub use action::{Action, LocationPart, Redirect, RequestTarget, Respond};
 pub use address::{DnsPrefer, ServerAddress};
@@ -417,6 +418,8 @@ pub struct Rule {
     pub conditions: Vec<Condition>,
     /// How the path of the requests it sends to its group is rewritten; `None` = not.
     pub path_rewrite: Option<PathRewrite>,
+    /// How fast its requests are taken; `None` = no limit.
+    pub rate_limit: Option<rate_limit::RateLimit>,
 }
 
 /// A rule's path rewrite: the path's match of `from` replaced by `to`.
@@ -1823,11 +1826,17 @@ fn rule(
             })
         }
     };
+    let rate_limit = r
+        .rate_limit
+        .as_ref()
+        .map(|rl| rate_limit::rate_limit(rl, &name, origin))
+        .transpose()?;
     Ok(Rule {
         name,
         action,
         conditions,
         path_rewrite,
+        rate_limit,
     })
 }
 

@@ -61,9 +61,9 @@ pub use cache::{CachePolicySection, CacheSection, ContentGroupSection};
 mod tcp;
 pub use adc::{
     CertificateSection, CompressionSection, ErrorPageSection, GroupTlsSection, HeaderMatchSection,
-    HeaderRulesSection, MonitorSection, PathRewriteSection, PersistenceSection, RedirectSection,
-    RespondSection, RuleSection as AdcRuleSection, RuntimeSection, ServerGroupSection,
-    ServerSection, VirtualServerSection, VsTlsSection,
+    HeaderRulesSection, MonitorSection, PathRewriteSection, PersistenceSection, RateLimitSection,
+    RedirectSection, RespondSection, RuleSection as AdcRuleSection, RuntimeSection,
+    ServerGroupSection, ServerSection, VirtualServerSection, VsTlsSection,
 };
 pub use tcp::TcpProfileSection;
 

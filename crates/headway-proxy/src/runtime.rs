@@ -333,6 +333,7 @@ impl Proxy {
                             .map(|(r, t)| (r.name.clone(), t.describe()))
                             .collect(),
                         rule_hits: v.rule_hits(),
+                        rule_limited: v.rule_limited(),
                         connections: c.connections.get(),
                         active_connections: c.active_connections.get(),
                         refused_connections: c.refused_connections.get(),

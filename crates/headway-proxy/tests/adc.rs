@@ -62,6 +62,10 @@ mod dns;
 #[path = "adc/request_id.rs"]
 mod request_id;
 
+/// Rules' rate limits (429).
+#[path = "adc/rate_limit.rs"]
+mod rate_limit;
+
 /// The request body limit (413).
 #[path = "adc/body_limit.rs"]
 mod body_limit;

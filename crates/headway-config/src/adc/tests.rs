@@ -790,3 +790,97 @@ fn a_rule_may_rewrite_the_path_it_sends_to_its_group() {
         assert!(e.contains(says), "{from} {to}: {e}");
     }
 }
+
+#[test]
+fn a_rule_may_limit_how_fast_its_requests_are_taken() {
+    use rate_limit::{RateKey, RateLimit};
+    let rule = |limit: &str| {
+        format!(
+            "{GROUP}{VS}[[virtual_server.rule]]\npath = \"/login\"\ngroup = \"web\"\n\
+             rate_limit = {limit}\n"
+        )
+    };
+    let limit = |text: &str| {
+        parse(&rule(text)).adc.virtual_servers[0].rules[0]
+            .rate_limit
+            .clone()
+            .unwrap()
+    };
+    assert_eq!(
+        limit("{ requests = 5 }"),
+        RateLimit {
+            requests: 5,
+            per: Duration::from_secs(1),
+            by: RateKey::Client
+        }
+    );
+    assert_eq!(
+        limit("{ requests = 100, per = \"1m\", by = \"all\" }"),
+        RateLimit {
+            requests: 100,
+            per: Duration::from_secs(60),
+            by: RateKey::All
+        }
+    );
+    let keyed = limit("{ requests = 10, per = \"1h\", by = \"header\", header = \"X-API-Key\" }");
+    assert_eq!(keyed.by, RateKey::Header("x-api-key".into()));
+    assert!((keyed.per_second() - 10.0 / 3600.0).abs() < 1e-12);
+    assert_eq!(
+        parse(&format!(
+            "{GROUP}{VS}[[virtual_server.rule]]\npath = \"/\"\ngroup = \"web\"\n"
+        ))
+        .adc
+        .virtual_servers[0]
+            .rules[0]
+            .rate_limit,
+        None
+    );
+    // Each refusal points at the value it refuses (`at`), with what to write.
+    for (text, at, says) in [
+        (
+            "{ requests = 0 }",
+            "0",
+            "requests 0 is out of range: use 1 to 1000000",
+        ),
+        ("{ requests = 2000000 }", "2", "out of range"),
+        (
+            "{ requests = 5, per = \"0s\" }",
+            "\"0s",
+            "per must be from \"1ms\" to \"24h\"",
+        ),
+        (
+            "{ requests = 5, per = \"25h\" }",
+            "\"25h",
+            "per must be from",
+        ),
+        (
+            "{ requests = 5, by = \"ip\" }",
+            "\"ip",
+            "by `ip` is not known: use \"client\"",
+        ),
+        (
+            "{ requests = 5, by = \"header\" }",
+            "\"h",
+            "add `header = \"X-API-Key\"`",
+        ),
+        (
+            "{ requests = 5, header = \"X-Key\" }",
+            "\"X",
+            "header is only for by = \"header\"",
+        ),
+        (
+            "{ requests = 5, by = \"header\", header = \"X Key\" }",
+            "\"X",
+            "`X Key` is not a header name",
+        ),
+        ("{ per = \"1s\" }", "{", "missing field `requests`"),
+        (
+            "{ requests = 5, burst = 9 }",
+            "burst",
+            "unknown field `burst`",
+        ),
+    ] {
+        let col = "rate_limit = ".len() + text.find(at).unwrap() + 1;
+        assert_err(&rule(text), 13, col, &[says]);
+    }
+}

@@ -576,6 +576,37 @@ pub struct RuleSection {
     /// `path_prefix = "/admin"` and `respond = { status = 403 }`: the admin pages only from
     /// inside).
     pub source_not: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Limit how fast the requests this rule matches are taken: `rate_limit = { requests = 5,
+    /// per = "1m" }` (each client 5 a minute: a login page), `by = "all"` (the rule's requests
+    /// together: a fragile backend), `by = "header", header = "X-API-Key"` (each API key). See
+    /// `[virtual_server.rule.rate_limit]`. Default: no limit.
+    pub rate_limit: Option<Spanned<RateLimitSection>>,
+}
+
+/// `[virtual_server.rule.rate_limit]`: how many of the requests a rule matches are taken,
+/// written inline (`rate_limit = { requests = 100, per = "1m", by = "client" }`). Each key
+/// (a client, a header's value, or the rule as a whole) has a bucket of `requests` tokens
+/// refilled at `requests` per `per`: up to `requests` at once, then at that rate. A request
+/// over it is answered by the proxy with 429 and `Retry-After` (the seconds until it would be
+/// taken; the virtual server's `error_page` for 429 applies), no server is asked, and the rule
+/// counts it (`adc_rule_limited_total`, `headway ctl adc`). The buckets last across reloads
+/// while the rule keeps its name and its limit, and are shared by all workers; idle buckets
+/// are forgotten once full again, and at most 1,000,000 are kept (a request with a new key
+/// beyond that is refused).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitSection {
+    /// Requests taken per `per`, 1–1,000,000; also the most taken at once. Required.
+    pub requests: Spanned<u32>,
+    /// The period (`"1s"`, `"1m"`, `"1h"`), from 1 ms to 24 hours. Default: `"1s"`.
+    pub per: Option<Spanned<DurationValue>>,
+    /// Whose requests share a bucket: `"client"` (each client address, the PROXY header's
+    /// behind a balancer; IPv6 clients by their /64), `"all"` (every request the rule matches)
+    /// or `"header"` (each value of `header`; requests without it share one bucket). Default:
+    /// `"client"`.
+    pub by: Option<Spanned<String>>,
+    /// With `by = "header"`: the request header whose value names the caller (`"X-API-Key"`).
+    pub header: Option<Spanned<String>>,
 }
 
 /// `[virtual_server.rule.path_rewrite]`: how a rule rewrites the path it sends to its group,

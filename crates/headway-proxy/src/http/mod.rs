@@ -9,7 +9,7 @@
 //!  per request:
 //!   1 admit     framing verdict (400 + close) · CONNECT (501) · an `Upgrade` request is
 //!               marked for a tunnel (WebSocket) or served plain, closing · per-client rate (429)
-//!   2 route     content-switching rules → server group
+//!   2 route     content-switching rules → server group · the rule's rate limit (429)
 //!   2½ cache    the integrated cache's lookup ([`crate::cache`]): a hit (or a stale object
 //!               while it is revalidated in the background) is answered here; a miss leads or
 //!               waits for the one fetch of its URL
@@ -39,6 +39,7 @@ pub mod compress;
 pub mod framing;
 pub mod h1;
 pub mod headers;
+pub mod rate_limit;
 pub mod request_id;
 pub mod rewind;
 pub mod route;
@@ -84,9 +85,27 @@ pub struct VsShared {
     pub limits: Arc<ClientLimits>,
     /// Compression counters.
     pub compression: Arc<compress::Counters>,
-    /// Requests each content-switching rule matched, by rule name (kept across reloads while
-    /// the name stays).
-    rule_hits: parking_lot::Mutex<std::collections::HashMap<String, Arc<crate::stats::Counter>>>,
+    /// Each content-switching rule's counters and rate limit, by rule name (kept across
+    /// reloads while the name stays).
+    rules: parking_lot::Mutex<std::collections::HashMap<String, Arc<RuleShared>>>,
+}
+
+/// What lasts of a content-switching rule across reloads.
+#[derive(Debug, Default)]
+struct RuleShared {
+    /// Requests it matched.
+    hits: crate::stats::Counter,
+    /// Requests its rate limit refused.
+    limited: crate::stats::Counter,
+    /// Its rate limit's buckets (kept while the limit stays the same).
+    limiter: parking_lot::Mutex<Option<Arc<rate_limit::RuleLimiter>>>,
+}
+
+/// A content-switching rule in one config generation.
+#[derive(Debug)]
+struct RuleRuntime {
+    shared: Arc<RuleShared>,
+    limiter: Option<Arc<rate_limit::RuleLimiter>>,
 }
 
 /// A virtual server in one config generation (HTTP or TCP).
@@ -107,8 +126,8 @@ pub struct VsRuntime {
     cache: Option<Arc<Cache>>,
     /// Whether a group it sends requests to writes PROXY headers to its servers.
     sends_proxy_protocol: bool,
-    /// Requests each rule matched, in rule order.
-    rule_hits: Vec<Arc<crate::stats::Counter>>,
+    /// Each rule's counters and rate limit, in rule order.
+    rules: Vec<RuleRuntime>,
     /// Pages for the proxy's own errors.
     error_pages: answer::ErrorPages,
     /// The header of request IDs, if the virtual server gives them.
@@ -156,21 +175,36 @@ impl VsRuntime {
             .chain(router.rules().map(|(_, t)| t))
             .filter_map(Target::group)
             .any(|g| g.config.send_proxy_protocol.is_some());
-        let rule_hits = {
-            let mut kept = shared.rule_hits.lock();
-            let hits: Vec<_> = router
+        let rules = {
+            let mut kept = shared.rules.lock();
+            let rules: Vec<_> = router
                 .rules()
-                .map(|(r, _)| kept.entry(r.name.clone()).or_default().clone())
+                .map(|(r, _)| {
+                    let shared = kept.entry(r.name.clone()).or_default().clone();
+                    let limiter = {
+                        let mut l = shared.limiter.lock();
+                        // The buckets stay while the limit does; a new limit starts full.
+                        match (&r.rate_limit, l.as_ref()) {
+                            (None, _) => *l = None,
+                            (Some(want), Some(have)) if have.limit() == want => {}
+                            (Some(want), _) => {
+                                *l = Some(Arc::new(rate_limit::RuleLimiter::new(want.clone())))
+                            }
+                        }
+                        l.clone()
+                    };
+                    RuleRuntime { shared, limiter }
+                })
                 .collect();
             // Rules that are gone are forgotten.
             kept.retain(|name, _| router.rules().any(|(r, _)| &r.name == name));
-            hits
+            rules
         };
         VsRuntime {
             http1,
             http2,
             sends_proxy_protocol,
-            rule_hits,
+            rules,
             error_pages: answer::ErrorPages::new(&config.error_pages),
             request_id: config
                 .request_id
@@ -219,7 +253,12 @@ impl VsRuntime {
 
     /// Requests each content-switching rule matched since it was configured, in rule order.
     pub fn rule_hits(&self) -> Vec<u64> {
-        self.rule_hits.iter().map(|c| c.get()).collect()
+        self.rules.iter().map(|r| r.shared.hits.get()).collect()
+    }
+
+    /// Requests each rule's rate limit refused since the rule was configured, in rule order.
+    pub fn rule_limited(&self) -> Vec<u64> {
+        self.rules.iter().map(|r| r.shared.limited.get()).collect()
     }
 
     /// Whether a group it sends requests (or tcp connections) to writes PROXY headers to its
@@ -1164,8 +1203,24 @@ async fn phases(
     }
     // 2 route
     let (target, rule) = vs.router.route(&parts, conn.peer.ip());
-    if let Some(hits) = rule.and_then(|i| vs.rule_hits.get(i)) {
-        hits.inc();
+    if let Some(r) = rule.and_then(|i| vs.rules.get(i)) {
+        r.shared.hits.inc();
+        if let Some(limiter) = &r.limiter {
+            let key = limiter.key(&parts.headers, conn.peer.ip());
+            if let Err(wait) = limiter.admit(key, SystemClock::now()) {
+                r.shared.limited.inc();
+                let mut answer = local(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too many requests: this rule's rate limit is reached, try again later",
+                    false,
+                );
+                answer.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(rate_limit::retry_after(wait)),
+                );
+                return local_end(answer);
+            }
+        }
     }
     if let Some(rw) = rule
         .and_then(|i| vs.router.rule(i))

@@ -158,6 +158,7 @@ mod tests {
             action: headway_config::adc::Action::Group(String::new()),
             conditions,
             path_rewrite: None,
+            rate_limit: None,
         }
     }
 
