@@ -64,6 +64,14 @@ pub trait AdcControl: Send + Sync + 'static {
         server: &str,
         state: &str,
     ) -> Result<(), (bool, String)>;
+    /// Sets a server's weight (0–1000) until the config file gives it another. `Err` as for
+    /// [`AdcControl::set_server_state`] (`false`: the weight is out of range).
+    fn set_server_weight(
+        &self,
+        group: &str,
+        server: &str,
+        weight: u32,
+    ) -> Result<(), (bool, String)>;
     /// The text of the running config file.
     fn config_text(&self) -> String;
     /// Validates `text` as a whole config file and applies its ADC sections live. `Err` is the
@@ -97,8 +105,12 @@ pub struct ReloadReport {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SetServerRequest {
-    /// `enabled`, `disabled` or `draining`.
-    pub state: String,
+    /// `enabled`, `disabled` or `draining`; `None`: unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// The weight, 0–1000, until the config file gives the server another; `None`: unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
 }
 
 /// Exports an [`AdcControl`]'s snapshot as Prometheus metrics on every scrape (see the module
@@ -1099,6 +1111,9 @@ mod tests {
             snapshot()
         }
         fn set_server_state(&self, _: &str, _: &str, _: &str) -> Result<(), (bool, String)> {
+            Ok(())
+        }
+        fn set_server_weight(&self, _: &str, _: &str, _: u32) -> Result<(), (bool, String)> {
             Ok(())
         }
         fn config_text(&self) -> String {

@@ -189,12 +189,12 @@ impl Client {
         self.json("GET", "/api/v1/adc", Body::None)
     }
 
-    /// `PUT /api/v1/adc/groups/{group}/servers/{server}`: `enabled`, `disabled`, `draining`.
-    pub fn set_server_state(
+    /// `PUT /api/v1/adc/groups/{group}/servers/{server}`: a state, a weight, or both.
+    pub fn set_server(
         &self,
         group: &str,
         server: &str,
-        state: &str,
+        change: &crate::adc::SetServerRequest,
     ) -> Result<ServerSnapshot, ClientError> {
         self.json(
             "PUT",
@@ -203,8 +203,36 @@ impl Client {
                 encode(group),
                 encode(server)
             ),
-            Body::Json(json!({ "state": state })),
+            Body::Json(json!(change)),
         )
+    }
+
+    /// [`Client::set_server`] with a state: `enabled`, `disabled`, `draining`.
+    pub fn set_server_state(
+        &self,
+        group: &str,
+        server: &str,
+        state: &str,
+    ) -> Result<ServerSnapshot, ClientError> {
+        let change = crate::adc::SetServerRequest {
+            state: Some(state.into()),
+            weight: None,
+        };
+        self.set_server(group, server, &change)
+    }
+
+    /// [`Client::set_server`] with a weight (0–1000).
+    pub fn set_server_weight(
+        &self,
+        group: &str,
+        server: &str,
+        weight: u32,
+    ) -> Result<ServerSnapshot, ClientError> {
+        let change = crate::adc::SetServerRequest {
+            state: None,
+            weight: Some(weight),
+        };
+        self.set_server(group, server, &change)
     }
 
     /// `GET /api/v1/cache`: the integrated cache's groups and counters.

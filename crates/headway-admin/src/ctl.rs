@@ -64,7 +64,7 @@ pub enum CtlCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Enable, disable or drain an ADC server.
+    /// Enable, disable or drain an ADC server, or set its weight.
     #[command(subcommand)]
     Server(AdcCommand),
     /// The ADC's integrated cache: groups and counters, or a purge.
@@ -104,6 +104,16 @@ pub enum AdcCommand {
         group: String,
         /// The server's name.
         server: String,
+    },
+    /// Set a server's weight (0–1000) until the config file gives it another: shift traffic
+    /// step by step (blue/green), or take a server to 0 without draining its sessions.
+    Weight {
+        /// The server group.
+        group: String,
+        /// The server's name.
+        server: String,
+        /// The new weight, 0–1000.
+        weight: u32,
     },
 }
 
@@ -296,16 +306,26 @@ pub fn run_to(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             writeln!(out, "purged {} object(s), {} bytes", r.objects, r.bytes)?;
         }
         CtlCommand::Server(cmd) => {
-            let (group, server, state) = match &cmd {
-                AdcCommand::Enable { group, server } => (group, server, "enabled"),
-                AdcCommand::Disable { group, server } => (group, server, "disabled"),
-                AdcCommand::Drain { group, server } => (group, server, "draining"),
+            let (group, s) = match &cmd {
+                AdcCommand::Enable { group, server } => {
+                    (group, client.set_server_state(group, server, "enabled")?)
+                }
+                AdcCommand::Disable { group, server } => {
+                    (group, client.set_server_state(group, server, "disabled")?)
+                }
+                AdcCommand::Drain { group, server } => {
+                    (group, client.set_server_state(group, server, "draining")?)
+                }
+                AdcCommand::Weight {
+                    group,
+                    server,
+                    weight,
+                } => (group, client.set_server_weight(group, server, *weight)?),
             };
-            let s = client.set_server_state(group, server, state)?;
             writeln!(
                 out,
-                "{group}/{}: {} ({}), {} active",
-                s.name, s.admin_state, s.health, s.active
+                "{group}/{}: {} ({}), weight {}, {} active",
+                s.name, s.admin_state, s.health, s.weight, s.active
             )?;
         }
         CtlCommand::Config(ConfigCommand::Show) => {

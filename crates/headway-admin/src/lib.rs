@@ -20,7 +20,7 @@
 //! | `GET /api/v1/adc` | the ADC's [`AdcSnapshot`] (virtual servers, groups, servers: config, state, counters), or 404 when none runs |
 //! | `GET /api/v1/adc/groups/{group}/servers/{server}` | one [`ServerSnapshot`] |
 //! | `GET /api/v1/certificates` | the ADC's TLS certificates ([`CertificateSnapshot`]: names, issuer, validity, users), or 404 when no ADC runs |
-//! | `PUT /api/v1/adc/groups/{group}/servers/{server}` | body [`SetServerRequest`] (`{"state": "draining"}`): enable, disable or drain; 200 with the server |
+//! | `PUT /api/v1/adc/groups/{group}/servers/{server}` | body [`SetServerRequest`] (`{"state": "draining"}`, `{"weight": 5}`, or both): enable, disable or drain; set the weight (0–1000, kept until the config file gives another); 200 with the server |
 //! | `GET /api/v1/config` | the running config file's text |
 //! | `PUT /api/v1/config` | body: a whole config file (TOML, ≤ 1 MiB); validated, then its ADC sections applied live; 200 [`ReloadReport`], 400 with `file:line:col: …` (nothing changed) |
 //! | `POST /api/v1/config/reload` | the config file read from disk again and applied the same way (what SIGHUP does) |

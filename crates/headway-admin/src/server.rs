@@ -424,19 +424,43 @@ async fn adc_set_server(
         Ok(b) => b,
         Err(e) => return error(e.status(), e.body_text()),
     };
+    let usage = "send {\"state\": \"draining\"} with `enabled`, `disabled` or `draining`, \
+                 {\"weight\": 5} with 0 to 1000, or both";
     let req: SetServerRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
             return error(
                 StatusCode::BAD_REQUEST,
-                format!(
-                    "the body is not a valid request: {e}; send {{\"state\": \"draining\"}} \
-                     with `enabled`, `disabled` or `draining`"
-                ),
+                format!("the body is not a valid request: {e}; {usage}"),
             )
         }
     };
-    match adc.set_server_state(&group, &server, &req.state) {
+    if req.state.is_none() && req.weight.is_none() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("the request changes nothing; {usage}"),
+        );
+    }
+    // The server is looked up first, so that a request naming no server changes nothing;
+    // a weight out of range is refused before the state is set.
+    if let Err(r) = find_server(adc.as_ref(), &group, &server) {
+        return *r;
+    }
+    if let Some(w) = req.weight.filter(|w| *w > 1000) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("weight {w} is out of range: use 0 to 1000"),
+        );
+    }
+    let done = req
+        .state
+        .as_deref()
+        .map_or(Ok(()), |st| adc.set_server_state(&group, &server, st))
+        .and_then(|()| {
+            req.weight
+                .map_or(Ok(()), |w| adc.set_server_weight(&group, &server, w))
+        });
+    match done {
         Ok(()) => match find_server(adc.as_ref(), &group, &server) {
             Ok(s) => Json(s).into_response(),
             Err(r) => *r,

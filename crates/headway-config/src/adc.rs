@@ -39,6 +39,9 @@ pub mod error_page;
 pub mod header_value;
 pub mod rate_limit;
 pub mod share;
+
+/// The largest server weight.
+pub const MAX_WEIGHT: u32 = 1000;
 pub use action::{Action, LocationPart, Redirect, RequestTarget, Respond};
 pub use address::{DnsPrefer, ServerAddress};
 pub use error_page::ErrorPage;
@@ -1209,7 +1212,7 @@ fn server(
         },
     };
     Ok(Server {
-        weight: ranged_or(&s.weight, 1, 0, 1000, "weight", origin)?,
+        weight: ranged_or(&s.weight, 1, 0, MAX_WEIGHT, "weight", origin)?,
         max_connections: ranged_or(
             &s.max_connections,
             default_max,

@@ -62,7 +62,16 @@ pub struct ServerState {
     ramp_from: Mutex<Option<Instant>>,
     /// Whether `ramp_from` is set (checked before taking its lock).
     ramping: AtomicBool,
+    /// The weight it counts with: the file's, or one set through the admin API since.
+    weight: AtomicU32,
+    /// The weight the config file last gave ([`NO_WEIGHT`] before the first), to tell on
+    /// reload whether the file changed it (then the file wins) or not (then a weight set
+    /// through the API stays).
+    file_weight: AtomicU32,
 }
+
+/// `file_weight` before a config gave one.
+const NO_WEIGHT: u32 = u32::MAX;
 
 impl ServerState {
     /// A new server, up, in `state`.
@@ -81,6 +90,8 @@ impl ServerState {
             passive_set: AtomicBool::new(false),
             ramp_from: Mutex::new(None),
             ramping: AtomicBool::new(false),
+            weight: AtomicU32::new(1),
+            file_weight: AtomicU32::new(NO_WEIGHT),
         }
     }
 
@@ -122,12 +133,36 @@ impl ServerState {
         }
     }
 
-    /// Takes the administrative state of `prev`, the same server at its former address (its
-    /// DNS name moved): a drain or disable set through the admin API stays with the server.
+    /// The weight it counts with now.
+    pub fn weight(&self) -> u32 {
+        self.weight.load(Ordering::Relaxed)
+    }
+
+    /// Sets the weight (the admin API): it holds until the config file gives the server
+    /// another weight.
+    pub fn set_weight(&self, weight: u32) {
+        self.weight.store(weight, Ordering::Relaxed);
+    }
+
+    /// Applies the file's weight when the server is built for a config: the first time, or
+    /// when the file changed it.
+    pub fn apply_file_weight(&self, weight: u32) {
+        if self.file_weight.swap(weight, Ordering::Relaxed) != weight {
+            self.weight.store(weight, Ordering::Relaxed);
+        }
+    }
+
+    /// Takes the administrative state and weight of `prev`, the same server at its former
+    /// address (its DNS name moved): a drain, disable or weight set through the admin API
+    /// stays with the server.
     pub fn carry_admin_from(&self, prev: &ServerState) {
         *self.file_state.lock() = *prev.file_state.lock();
         self.admin
             .store(prev.admin.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.file_weight
+            .store(prev.file_weight.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.weight
+            .store(prev.weight.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// The health (up unless a monitor took it down).
@@ -288,7 +323,7 @@ pub fn admin_name(s: AdminState) -> &'static str {
 pub struct Member {
     /// Its name.
     pub name: String,
-    /// Its weight.
+    /// Its weight in the config file (what it counts with is [`ServerState::weight`]).
     pub weight: u32,
     /// Its in-flight limit (0 = none).
     pub max_connections: u32,
@@ -592,8 +627,8 @@ impl Group {
                 let c = Candidate {
                     id: i as u32,
                     weight: match slow_start {
-                        Some(window) => m.state.ramped_weight(m.weight, window),
-                        None => m.weight,
+                        Some(window) => m.state.ramped_weight(m.state.weight(), window),
+                        None => m.state.weight(),
                     },
                     active: u32::try_from(active).unwrap_or(u32::MAX),
                     response_time_us: m.state.ewma_us.load(Ordering::Relaxed),
@@ -681,7 +716,7 @@ impl Group {
                         .as_ref()
                         .map(|h| format!("{h}:{}", m.state.address.port())),
                     dns_failures: c.dns_failures.get(),
-                    weight: m.weight,
+                    weight: m.state.weight(),
                     max_connections: m.max_connections,
                     backup: m.backup,
                     admin_state: admin_name(m.state.admin()).into(),
@@ -748,6 +783,26 @@ mod tests {
         let off = Passive { max_fails: 0, ..ON };
         assert_eq!(s.record_outcome(false, &off), None);
         assert!(!s.passively_out());
+    }
+
+    #[test]
+    fn a_live_weight_lasts_until_the_file_changes_its_weight() {
+        let s = server();
+        s.apply_file_weight(4);
+        assert_eq!(s.weight(), 4);
+        s.set_weight(9);
+        s.apply_file_weight(4);
+        assert_eq!(s.weight(), 9);
+        s.apply_file_weight(2);
+        assert_eq!(s.weight(), 2);
+        // Moved by DNS: the live weight and the file's it was set against come along.
+        s.set_weight(7);
+        let moved = server();
+        moved.apply_file_weight(2);
+        moved.carry_admin_from(&s);
+        assert_eq!(moved.weight(), 7);
+        moved.apply_file_weight(2);
+        assert_eq!(moved.weight(), 7);
     }
 
     #[test]

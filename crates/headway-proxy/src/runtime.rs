@@ -108,6 +108,9 @@ pub enum StateError {
         /// The server.
         server: String,
     },
+    /// A weight out of range.
+    #[error("weight {0} is out of range: use 0 to 1000")]
+    BadWeight(u32),
 }
 
 /// Key of a server's lasting state: group, name, address as written, address connected to.
@@ -284,27 +287,47 @@ impl Proxy {
         server: &str,
         state: AdminState,
     ) -> Result<(), StateError> {
-        let current = self.shared.current.load();
-        let g = current
-            .groups
-            .iter()
-            .find(|g| g.config.name == group)
-            .ok_or_else(|| StateError::NoGroup(group.to_string()))?;
-        let m =
-            g.members
-                .iter()
-                .find(|m| m.name == server)
-                .ok_or_else(|| StateError::NoServer {
-                    group: group.to_string(),
-                    server: server.to_string(),
-                })?;
-        m.state.set_admin(state);
+        self.server_state(group, server)?.set_admin(state);
         tracing::info!(
             group,
             server,
             state = crate::group::admin_name(state),
             "server state set"
         );
+        Ok(())
+    }
+
+    /// The lasting state of `server` of `group` in the running config.
+    fn server_state(&self, group: &str, server: &str) -> Result<Arc<ServerState>, StateError> {
+        let current = self.shared.current.load();
+        let g = current
+            .groups
+            .iter()
+            .find(|g| g.config.name == group)
+            .ok_or_else(|| StateError::NoGroup(group.to_string()))?;
+        g.members
+            .iter()
+            .find(|m| m.name == server)
+            .map(|m| m.state.clone())
+            .ok_or_else(|| StateError::NoServer {
+                group: group.to_string(),
+                server: server.to_string(),
+            })
+    }
+
+    /// Sets a server's weight (0–1000) until the config file gives it another: new clients
+    /// follow it at once, and a reload that leaves the file's weight as it was keeps it.
+    pub fn set_server_weight(
+        &self,
+        group: &str,
+        server: &str,
+        weight: u32,
+    ) -> Result<(), StateError> {
+        if weight > headway_config::adc::MAX_WEIGHT {
+            return Err(StateError::BadWeight(weight));
+        }
+        self.server_state(group, server)?.set_weight(weight);
+        tracing::info!(group, server, weight, "server weight set");
         Ok(())
     }
 
@@ -628,6 +651,7 @@ impl Proxy {
                             st.pool
                                 .configure(g.pool_max_idle as usize, g.pool_idle_timeout);
                             st.apply_file_state(s.state);
+                            st.apply_file_weight(s.weight);
                             if g.monitor.is_none() {
                                 st.clear_health();
                             }
@@ -644,14 +668,17 @@ impl Proxy {
                                 ),
                             )
                             .with_host(s.address.host().map(str::to_string));
+                            st.apply_file_weight(s.weight);
                             // The same server at another address (its name moved): a state
-                            // set through the admin API stays, unless the file changed it.
+                            // or weight set through the admin API stays, unless the file
+                            // changed it.
                             let moved = old.servers.iter().find(|(k, _)| {
                                 (&k.0, &k.1, &k.2) == (&g.name, &s.name, &s.address)
                             });
                             if let Some((_, prev)) = moved {
                                 st.carry_admin_from(prev);
                                 st.apply_file_state(s.state);
+                                st.apply_file_weight(s.weight);
                             }
                             Arc::new(st)
                         }

@@ -315,6 +315,74 @@ async fn weighted_round_robin_gives_three_to_one() {
     assert_eq!(counts["a"] + counts["b"], 4000);
 }
 
+/// A weight set through the API steers new requests at once, lasts across a reload that
+/// leaves the file's weight as it was, and gives way when the file changes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weight_set_live_steers_requests_until_the_file_changes_it() {
+    let a = Origin::start("a", Duration::ZERO).await;
+    let b = Origin::start("b", Duration::ZERO).await;
+    let text = |wb: u32| {
+        format!(
+            "{}{}",
+            group(
+                "g",
+                "",
+                &[
+                    (a.addr, "name = \"a\""),
+                    (b.addr, &format!("name = \"b\"\nweight = {wb}"))
+                ]
+            ),
+            vs("g", "")
+        )
+    };
+    let (p, addr) = proxy(&text(1)).await;
+    let c = client();
+    let count = |n: usize| {
+        let c = c.clone();
+        async move {
+            let mut counts: HashMap<String, u32> = HashMap::new();
+            for _ in 0..n {
+                *counts
+                    .entry(get(&c, addr, "/healthz").await.origin())
+                    .or_default() += 1;
+            }
+            counts
+        }
+    };
+    let weights = |p: &Proxy| -> Vec<u32> {
+        p.snapshot().groups[0]
+            .servers
+            .iter()
+            .map(|s| s.weight)
+            .collect()
+    };
+    assert_eq!(count(100).await["a"], 50);
+    // Smooth weighted round robin: every run of 4 picks gives b exactly 3.
+    p.set_server_weight("g", "b", 3).unwrap();
+    let counts = count(400).await;
+    assert!((299..=301).contains(&counts["b"]), "{counts:?}");
+    assert_eq!(weights(&p), [1, 3]);
+    // Out of range, or no such server: refused, nothing changed.
+    assert!(p
+        .set_server_weight("g", "b", 1001)
+        .unwrap_err()
+        .to_string()
+        .contains("out of range"));
+    assert!(p.set_server_weight("g", "c", 2).is_err());
+    // A reload that keeps the file's weights keeps the live one…
+    let cfg = |t: String| Config::parse(&t, "test.toml").unwrap().adc;
+    p.replace(cfg(text(1))).await.unwrap();
+    assert_eq!(weights(&p), [1, 3]);
+    // …and weight 0 takes b out of new requests (its sessions would stay, unlike a drain).
+    p.set_server_weight("g", "b", 0).unwrap();
+    assert!(!count(20).await.contains_key("b"));
+    // The file's new weight wins.
+    p.replace(cfg(text(2))).await.unwrap();
+    assert_eq!(weights(&p), [1, 2]);
+    let counts = count(300).await;
+    assert!((199..=201).contains(&counts["b"]), "{counts:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn least_connection_sends_new_requests_away_from_a_slow_server() {
     let fast = Origin::start("fast", Duration::ZERO).await;

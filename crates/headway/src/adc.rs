@@ -125,6 +125,17 @@ impl AdcControl for AdcHandle {
             .map_err(|e: StateError| (true, e.to_string()))
     }
 
+    fn set_server_weight(
+        &self,
+        group: &str,
+        server: &str,
+        weight: u32,
+    ) -> Result<(), (bool, String)> {
+        self.proxy
+            .set_server_weight(group, server, weight)
+            .map_err(|e: StateError| (!matches!(e, StateError::BadWeight(_)), e.to_string()))
+    }
+
     fn config_text(&self) -> String {
         self.running.lock().0.clone()
     }

@@ -956,6 +956,20 @@ fn adc_serves_and_is_operated_live_through_ctl_sighup_and_the_admin_api() {
         "ctl", "--admin", &admin_url, "server", "enable", "web", "s1",
     ]);
     assert_eq!(status(front, "/healthz"), 200);
+    // A weight set live; one out of range is refused with the range.
+    let out = headway_ok(&[
+        "ctl", "--admin", &admin_url, "server", "weight", "web", "s1", "7",
+    ]);
+    assert!(out.contains("web/s1: enabled (up), weight 7"), "{out}");
+    let out = headway(&[
+        "ctl", "--admin", &admin_url, "server", "weight", "web", "s1", "1001",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("weight 1001 is out of range: use 0 to 1000"),
+        "{}",
+        text(&out.stderr)
+    );
 
     // A new rule in the file, applied by SIGHUP.
     std::fs::write(
@@ -977,6 +991,8 @@ fn adc_serves_and_is_operated_live_through_ctl_sighup_and_the_admin_api() {
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         if v["generation"] == 2 {
             assert_eq!(v["virtual_servers"][0]["rules"][0][0], "docs");
+            // The file left s1's weight as it was: the live one stays.
+            assert_eq!(v["groups"][0]["servers"][0]["weight"], 7);
             break;
         }
         assert!(
