@@ -180,6 +180,9 @@ pub struct ServerGroup {
     pub name: String,
     /// How a server is chosen.
     pub method: Method,
+    /// What `header-hash` or `cookie-hash` hashes: the header's name (lower case) or the
+    /// cookie's; `None` for the other methods.
+    pub hash_by: Option<String>,
     /// The monitor's name (a configured [`Monitor::name`]); `None` = servers count as up.
     pub monitor: Option<String>,
     /// The servers (at least one; names unique in the group).
@@ -987,6 +990,73 @@ fn is_visible(s: &str) -> bool {
     s.bytes().all(|b| (0x21..0x7f).contains(&b))
 }
 
+/// The header or cookie a `header-hash` or `cookie-hash` group hashes, checked against the
+/// method.
+fn hash_by(
+    g: &ServerGroupSection,
+    method: Method,
+    group: &str,
+    origin: &Origin,
+) -> Result<Option<String>, ConfigError> {
+    let wrong = |field: &Spanned<String>, what: &str| {
+        invalid(
+            origin.locate(Some(field.span())),
+            format!(
+                "group `{group}`: {what} is only for method = \"{}\": set that method, or \
+                 remove it",
+                if what == "hash_header" {
+                    "header-hash"
+                } else {
+                    "cookie-hash"
+                }
+            ),
+        )
+    };
+    let at = g.method.as_ref().map(Spanned::span);
+    if let Some(h) = g
+        .hash_header
+        .as_ref()
+        .filter(|_| method != Method::HeaderHash)
+    {
+        return Err(wrong(h, "hash_header"));
+    }
+    if let Some(c) = g
+        .hash_cookie
+        .as_ref()
+        .filter(|_| method != Method::CookieHash)
+    {
+        return Err(wrong(c, "hash_cookie"));
+    }
+    let (given, example, what) = match method {
+        Method::HeaderHash => (&g.hash_header, "hash_header = \"X-Tenant\"", "header"),
+        Method::CookieHash => (&g.hash_cookie, "hash_cookie = \"JSESSIONID\"", "cookie"),
+        _ => return Ok(None),
+    };
+    let Some(name) = given else {
+        return Err(invalid(
+            origin.locate(at),
+            format!(
+                "group `{group}`: method = \"{method}\" needs the {what} to hash: add `{example}`"
+            ),
+        ));
+    };
+    if !is_token(name.get_ref()) {
+        return Err(invalid(
+            origin.locate(Some(name.span())),
+            format!(
+                "group `{group}`: `{}` is not a {what} name (letters, digits and `-`, `_`, `.`: \
+                 `{example}`)",
+                name.get_ref()
+            ),
+        ));
+    }
+    Ok(Some(if method == Method::HeaderHash {
+        name.get_ref().to_ascii_lowercase()
+    } else {
+        name.get_ref().clone()
+    }))
+}
+
 fn group(
     g: &ServerGroupSection,
     certificates: &[Certificate],
@@ -996,13 +1066,7 @@ fn group(
     let method = match &g.method {
         None => Method::RoundRobin,
         Some(m) => m.get_ref().parse().map_err(|_| {
-            let all = [
-                "round-robin",
-                "least-connection",
-                "least-response-time",
-                "source-ip-hash",
-                "url-hash",
-            ];
+            let all = Method::ALL.map(Method::name);
             let hint = did_you_mean(m.get_ref(), &all)
                 .map(|s| format!(" — did you mean `{s}`?"))
                 .unwrap_or_default();
@@ -1016,6 +1080,7 @@ fn group(
             )
         })?,
     };
+    let hash_by = hash_by(g, method, &name, origin)?;
     if g.server.is_empty() {
         return Err(invalid(
             origin.locate(Some(g.name.span())),
@@ -1105,6 +1170,7 @@ fn group(
     Ok(ServerGroup {
         name,
         method,
+        hash_by,
         monitor: g.monitor.as_ref().map(|m| m.get_ref().clone()),
         servers,
         surge_queue: ranged_or(&g.surge_queue, 1024, 0, 1_000_000, "surge_queue", origin)?,

@@ -24,7 +24,7 @@
 //! | [`Method::RoundRobin`] | smooth weighted round robin (as nginx's `upstream`): every pick adds each candidate's weight to its `current`, picks the largest `current` and subtracts the total weight from it | first in scan order; the scan starts at a seeded offset |
 //! | [`Method::LeastConnection`] | the smallest `active / weight` | at random, in proportion to weight |
 //! | [`Method::LeastResponseTime`] | the smallest `rt × (active + 1) / weight`, `rt` = `response_time_us`; an unknown (0) `rt` counts as the mean of the known ones (1 if none is known) | at random, in proportion to weight |
-//! | [`Method::SourceIpHash`], [`Method::UrlHash`] | weighted rendezvous (HRW) hashing of the [`Key`]: the largest `weight / −ln(u)`, `u` a uniform hash of (key, id) in (0, 1) | first in slice order (a tie needs two equal 53-bit hashes) |
+//! | [`Method::SourceIpHash`], [`Method::UrlHash`], [`Method::HeaderHash`], [`Method::CookieHash`] | weighted rendezvous (HRW) hashing of the [`Key`]: the largest `weight / −ln(u)`, `u` a uniform hash of (key, id) in (0, 1) | first in slice order (a tie needs two equal 53-bit hashes) |
 //!
 //! Why these:
 //!
@@ -79,7 +79,8 @@ const KEY_HASH_KEY: [u8; 32] = *b"headway-lb select key hash v1\0\0\0";
 /// A server-selection algorithm, as named in the config file.
 ///
 /// [`FromStr`] and [`Display`](fmt::Display) use the config names: `round-robin`,
-/// `least-connection`, `least-response-time`, `source-ip-hash`, `url-hash`.
+/// `least-connection`, `least-response-time`, `source-ip-hash`, `url-hash`, `header-hash`,
+/// `cookie-hash`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Method {
     /// Smooth weighted round robin.
@@ -92,16 +93,22 @@ pub enum Method {
     SourceIpHash,
     /// Rendezvous hash of the request URL ([`Key::Url`]).
     UrlHash,
+    /// Rendezvous hash of a request header's value ([`Key::Value`]): a tenant, a user.
+    HeaderHash,
+    /// Rendezvous hash of a cookie's value ([`Key::Value`]): an application's session.
+    CookieHash,
 }
 
 impl Method {
     /// Every method, in documentation order.
-    pub const ALL: [Method; 5] = [
+    pub const ALL: [Method; 7] = [
         Method::RoundRobin,
         Method::LeastConnection,
         Method::LeastResponseTime,
         Method::SourceIpHash,
         Method::UrlHash,
+        Method::HeaderHash,
+        Method::CookieHash,
     ];
 
     /// The config name (`round-robin`, …).
@@ -112,7 +119,17 @@ impl Method {
             Method::LeastResponseTime => "least-response-time",
             Method::SourceIpHash => "source-ip-hash",
             Method::UrlHash => "url-hash",
+            Method::HeaderHash => "header-hash",
+            Method::CookieHash => "cookie-hash",
         }
+    }
+
+    /// Whether it hashes a [`Key`] (and falls back to round robin without one).
+    pub fn hashes(self) -> bool {
+        matches!(
+            self,
+            Method::SourceIpHash | Method::UrlHash | Method::HeaderHash | Method::CookieHash
+        )
     }
 }
 
@@ -140,7 +157,7 @@ pub enum MethodError {
     /// The name is none of the known methods.
     #[error(
         "unknown load-balancing method {0:?} (expected round-robin, least-connection, \
-         least-response-time, source-ip-hash or url-hash)"
+         least-response-time, source-ip-hash, url-hash, header-hash or cookie-hash)"
     )]
     Unknown(String),
 }
@@ -169,6 +186,8 @@ pub enum Key<'a> {
     Ip(IpAddr),
     /// A URL or part of one (for [`Method::UrlHash`]).
     Url(&'a [u8]),
+    /// A header's or a cookie's value (for [`Method::HeaderHash`], [`Method::CookieHash`]).
+    Value(&'a [u8]),
 }
 
 /// A server selector for one pool: the method, its state, and a seeded RNG for ties.
@@ -206,8 +225,8 @@ impl Selector {
     /// The index into `candidates` of the server that takes the request; `None` only when
     /// `candidates` is empty.
     ///
-    /// `key` is hashed by [`Method::SourceIpHash`] and [`Method::UrlHash`] (which fall back to
-    /// round robin on [`Key::None`]) and ignored by the other methods.
+    /// `key` is hashed by the hash methods ([`Method::hashes`], which fall back to round robin
+    /// on [`Key::None`]) and ignored by the other methods.
     pub fn pick(&mut self, candidates: &[Candidate], key: Key<'_>) -> Option<usize> {
         match candidates.len() {
             0 => return None,
@@ -234,12 +253,10 @@ impl Selector {
                     sa.cmp(&sb)
                 })
             }
-            (Method::SourceIpHash | Method::UrlHash, Key::Ip(_) | Key::Url(_)) => {
+            (m, Key::Ip(_) | Key::Url(_) | Key::Value(_)) if m.hashes() => {
                 rendezvous(candidates, all_zero, key_hash(key))
             }
-            (Method::RoundRobin | Method::SourceIpHash | Method::UrlHash, _) => {
-                self.wrr.pick(candidates, all_zero)
-            }
+            (_, _) => self.wrr.pick(candidates, all_zero),
         }
     }
 }
@@ -382,7 +399,7 @@ fn key_hash(key: Key<'_>) -> u64 {
             IpAddr::V4(v4) => blake3::keyed_hash(&KEY_HASH_KEY, &v4.octets()),
             IpAddr::V6(v6) => blake3::keyed_hash(&KEY_HASH_KEY, &v6.octets()),
         },
-        Key::Url(url) => blake3::keyed_hash(&KEY_HASH_KEY, url),
+        Key::Url(bytes) | Key::Value(bytes) => blake3::keyed_hash(&KEY_HASH_KEY, bytes),
     };
     let bytes = hash.as_bytes();
     u64::from_le_bytes([

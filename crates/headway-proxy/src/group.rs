@@ -435,8 +435,9 @@ pub struct Affinity<'a> {
     pub client: Option<IpAddr>,
     /// The request's persistence cookie value, if any.
     pub cookie: Option<&'a [u8]>,
-    /// The URL (path and query), for `url-hash`.
-    pub url: Option<&'a [u8]>,
+    /// What the group's hash method hashes: the URL (path and query) for `url-hash`, a
+    /// header's or cookie's value for `header-hash` and `cookie-hash`.
+    pub hash_key: Option<&'a [u8]>,
     /// Members already tried for this request (bit i = member i, for the first 64): avoided
     /// while any other member can take the request.
     pub exclude: u64,
@@ -654,7 +655,10 @@ impl Group {
         }
         let key = match self.config.method {
             headway_lb::select::Method::SourceIpHash => a.client.map_or(Key::None, Key::Ip),
-            headway_lb::select::Method::UrlHash => a.url.map_or(Key::None, Key::Url),
+            headway_lb::select::Method::UrlHash => a.hash_key.map_or(Key::None, Key::Url),
+            headway_lb::select::Method::HeaderHash | headway_lb::select::Method::CookieHash => {
+                a.hash_key.map_or(Key::None, Key::Value)
+            }
             _ => Key::None,
         };
         // A candidate can reach its limit between the scan and the take (another worker):

@@ -383,6 +383,65 @@ async fn a_weight_set_live_steers_requests_until_the_file_changes_it() {
     assert!((199..=201).contains(&counts["b"]), "{counts:?}");
 }
 
+/// `header-hash` and `cookie-hash`: each tenant (or session) stays on one server, tenants
+/// spread over the servers, and requests without the key go round robin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_and_cookie_hashing_keep_each_key_on_one_server() {
+    let mut origins = Vec::new();
+    for name in ["a", "b", "c", "d"] {
+        origins.push(Origin::start(name, Duration::ZERO).await);
+    }
+    let servers: Vec<_> = origins.iter().map(|o| (o.addr, "")).collect();
+    for (method, field, header, value) in [
+        (
+            "header-hash",
+            "hash_header = \"X-Tenant\"",
+            "x-tenant",
+            "t{}",
+        ),
+        (
+            "cookie-hash",
+            "hash_cookie = \"SID\"",
+            "cookie",
+            "theme=dark; SID=s{}; lang=en",
+        ),
+    ] {
+        let text = format!(
+            "{}{}",
+            group("g", &format!("method = \"{method}\"\n{field}"), &servers),
+            vs("g", "")
+        );
+        let (p, addr) = proxy_with(&text, 2).await;
+        let c = client();
+        let mut home: HashMap<String, String> = HashMap::new();
+        for round in 0..4 {
+            for k in 0..40 {
+                let v = value.replace("{}", &k.to_string());
+                let a = send(&c, "GET", addr, "/healthz", &[(header, &v)], b"")
+                    .await
+                    .unwrap();
+                let at = a.origin();
+                if round == 0 {
+                    home.insert(v, at);
+                } else {
+                    assert_eq!(home[&v], at, "{method}: key {v} moved");
+                }
+            }
+        }
+        let used: std::collections::HashSet<_> = home.values().collect();
+        assert_eq!(used.len(), 4, "{method}: 40 keys on {used:?}");
+        // No key: round robin, four servers in turn.
+        let mut keyless: HashMap<String, u32> = HashMap::new();
+        for _ in 0..40 {
+            *keyless
+                .entry(get(&c, addr, "/healthz").await.origin())
+                .or_default() += 1;
+        }
+        assert!(keyless.values().all(|n| *n == 10), "{method}: {keyless:?}");
+        p.shutdown(Duration::from_secs(1)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn least_connection_sends_new_requests_away_from_a_slow_server() {
     let fast = Origin::start("fast", Duration::ZERO).await;

@@ -884,3 +884,60 @@ fn a_rule_may_limit_how_fast_its_requests_are_taken() {
         assert_err(&rule(text), 13, col, &[says]);
     }
 }
+
+#[test]
+fn header_and_cookie_hash_name_what_they_hash() {
+    let with = |extra: &str| {
+        format!(
+            "[[server_group]]\nname = \"web\"\n{extra}\n[[server_group.server]]\n\
+             address = \"127.0.0.1:8080\"\n{VS}"
+        )
+    };
+    let hash_by = |extra: &str| {
+        let g = &parse(&with(extra)).adc.groups[0];
+        (g.method, g.hash_by.clone())
+    };
+    assert_eq!(
+        hash_by("method = \"header-hash\"\nhash_header = \"X-Tenant\""),
+        (Method::HeaderHash, Some("x-tenant".into()))
+    );
+    assert_eq!(
+        hash_by("method = \"cookie-hash\"\nhash_cookie = \"JSESSIONID\""),
+        (Method::CookieHash, Some("JSESSIONID".into()))
+    );
+    assert_eq!(hash_by("method = \"url-hash\""), (Method::UrlHash, None));
+    for (extra, line, col, says) in [
+        (
+            "method = \"header-hash\"",
+            3,
+            10,
+            "method = \"header-hash\" needs the header to hash: add `hash_header = \"X-Tenant\"`",
+        ),
+        (
+            "method = \"cookie-hash\"\nhash_header = \"X\"",
+            4,
+            15,
+            "hash_header is only for method = \"header-hash\"",
+        ),
+        (
+            "hash_cookie = \"S\"",
+            3,
+            15,
+            "hash_cookie is only for method = \"cookie-hash\"",
+        ),
+        (
+            "method = \"cookie-hash\"\nhash_cookie = \"a b\"",
+            4,
+            15,
+            "`a b` is not a cookie name",
+        ),
+        (
+            "method = \"header-hashing\"",
+            3,
+            10,
+            "did you mean `header-hash`",
+        ),
+    ] {
+        assert_err(&with(extra), line, col, &[says]);
+    }
+}

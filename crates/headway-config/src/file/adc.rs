@@ -81,8 +81,19 @@ pub struct ServerGroupSection {
     /// Required.
     pub name: Spanned<String>,
     /// How a server is chosen: `"round-robin"` (weighted), `"least-connection"`,
-    /// `"least-response-time"`, `"source-ip-hash"`, `"url-hash"`. Default: `"round-robin"`.
+    /// `"least-response-time"`, `"source-ip-hash"`, `"url-hash"`, `"header-hash"` (the value of
+    /// `hash_header`: each tenant or user on one server) or `"cookie-hash"` (the value of
+    /// `hash_cookie`: each application session on one server, with no cookie of our own). The
+    /// hash methods place each key with weighted rendezvous hashing, the same on every worker
+    /// and appliance, and move only the keys of a server that leaves or joins; a request
+    /// without the key (no such header or cookie; a `tcp` virtual server for the HTTP keys) is
+    /// sent round robin. Default: `"round-robin"`.
     pub method: Option<Spanned<String>>,
+    /// With `method = "header-hash"`: the request header whose value is hashed
+    /// (`"X-Tenant"`); of several fields of that name, the first.
+    pub hash_header: Option<Spanned<String>>,
+    /// With `method = "cookie-hash"`: the cookie whose value is hashed (`"JSESSIONID"`).
+    pub hash_cookie: Option<Spanned<String>>,
     /// The `[[monitor]]` that checks the servers. Default: none (servers count as up).
     pub monitor: Option<Spanned<String>>,
     /// Requests in flight at once per server, for servers that set no `max_connections` of

@@ -281,30 +281,36 @@ impl CookieSpec {
         out
     }
 
-    /// This cookie's value in a request's `Cookie` header value, if present.
-    ///
-    /// Parses `name=value` pairs separated by `;` (RFC 6265 §4.2.1, §5.4), leniently, as servers
-    /// must: spaces and tabs around names and values are ignored, a value in double quotes is
-    /// returned without them, pairs without `=` are skipped, and the first pair with our name
-    /// wins. Any bytes are accepted; nothing panics. With several `Cookie` headers (HTTP/2 sends
-    /// one per cookie), call this on each in order and take the first hit.
+    /// This cookie's value in a request's `Cookie` header value, if present: [`cookie_value`]
+    /// with this cookie's name.
     pub fn find_in<'h>(&self, cookie_header: &'h [u8]) -> Option<&'h [u8]> {
-        let name = self.name.as_bytes();
-        for pair in cookie_header.split(|&b| b == b';') {
-            let Some(eq) = pair.iter().position(|&b| b == b'=') else {
-                continue;
-            };
-            if trim(&pair[..eq]) != name {
-                continue;
-            }
-            let value = trim(&pair[eq + 1..]);
-            return Some(match value {
-                [b'"', inner @ .., b'"'] => inner,
-                _ => value,
-            });
-        }
-        None
+        cookie_value(&self.name, cookie_header)
     }
+}
+
+/// The value of the cookie `name` in a request's `Cookie` header value, if present.
+///
+/// Parses `name=value` pairs separated by `;` (RFC 6265 §4.2.1, §5.4), leniently, as servers
+/// must: spaces and tabs around names and values are ignored, a value in double quotes is
+/// returned without them, pairs without `=` are skipped, and the first pair with the name wins.
+/// Any bytes are accepted; nothing panics. With several `Cookie` headers (HTTP/2 sends one per
+/// cookie), call this on each in order and take the first hit.
+pub fn cookie_value<'h>(name: &str, cookie_header: &'h [u8]) -> Option<&'h [u8]> {
+    let name = name.as_bytes();
+    for pair in cookie_header.split(|&b| b == b';') {
+        let Some(eq) = pair.iter().position(|&b| b == b'=') else {
+            continue;
+        };
+        if trim(&pair[..eq]) != name {
+            continue;
+        }
+        let value = trim(&pair[eq + 1..]);
+        return Some(match value {
+            [b'"', inner @ .., b'"'] => inner,
+            _ => value,
+        });
+    }
+    None
 }
 
 /// Why a [`CookieSpec`] is not usable.

@@ -25,7 +25,7 @@ mod cookie;
 mod source;
 
 pub use cookie::{
-    CookieCodec, CookieSpec, CookieSpecError, CookieTable, SameSite, SameSiteError,
+    cookie_value, CookieCodec, CookieSpec, CookieSpecError, CookieTable, SameSite, SameSiteError,
     COOKIE_VALUE_LEN,
 };
 pub use source::SourceTable;

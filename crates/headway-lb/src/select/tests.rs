@@ -113,10 +113,7 @@ fn zero_weight_is_never_picked_unless_all_are_zero() {
         }
         let zeros = weighted(&[0, 0, 0]);
         let c = counts(&mut s, &zeros, Key::None, 300);
-        if matches!(
-            m,
-            Method::RoundRobin | Method::SourceIpHash | Method::UrlHash
-        ) {
+        if m == Method::RoundRobin || m.hashes() {
             assert_eq!(c, [100, 100, 100], "{m}");
         } else {
             assert!(c.iter().all(|&n| n > 50), "{m}: {c:?}");
@@ -198,7 +195,7 @@ fn least_response_time_treats_unknown_as_the_mean() {
 
 #[test]
 fn hash_methods_without_a_key_round_robin() {
-    for m in [Method::SourceIpHash, Method::UrlHash] {
+    for m in Method::ALL.into_iter().filter(|m| m.hashes()) {
         let mut s = Selector::new(m, 4);
         let cs = weighted(&[1, 2]);
         assert_eq!(counts(&mut s, &cs, Key::None, 30), [10, 20]);
@@ -238,6 +235,23 @@ fn hashing_is_seed_independent_and_pinned() {
             Some(1)
         )
     );
+}
+
+#[test]
+fn header_and_cookie_values_hash_as_their_bytes() {
+    let cs = weighted(&[1, 1, 1, 1, 1, 1, 1, 1]);
+    let mut url = Selector::new(Method::UrlHash, 0);
+    for m in [Method::HeaderHash, Method::CookieHash] {
+        let mut s = Selector::new(m, 5);
+        for k in 0..64u64 {
+            let v = url_key(k);
+            // The same value lands on the same server every time, and where the same bytes
+            // as a URL would (one pinned hash for every key kind).
+            let first = s.pick(&cs, Key::Value(&v));
+            assert_eq!(s.pick(&cs, Key::Value(&v)), first, "{m}");
+            assert_eq!(url.pick(&cs, Key::Url(&v)), first, "{m}");
+        }
+    }
 }
 
 #[test]

@@ -1032,6 +1032,29 @@ fn local(status: StatusCode, text: &str, close: bool) -> Response<RespBody> {
     r
 }
 
+/// What a group's hash method hashes of a request to `target` (its path and query) with
+/// `headers`: the URL, a header's value or a cookie's; `None` for the other methods, and when
+/// the request has no such header or cookie (then the pick is round robin).
+fn hash_key<'a>(
+    group: &headway_config::adc::ServerGroup,
+    target: &'a str,
+    headers: &'a http::HeaderMap,
+) -> Option<&'a [u8]> {
+    use headway_lb::select::Method;
+    let name = group.hash_by.as_deref();
+    match group.method {
+        Method::UrlHash => Some(target.as_bytes()),
+        Method::HeaderHash => name.and_then(|n| headers.get(n)).map(HeaderValue::as_bytes),
+        Method::CookieHash => name.and_then(|n| {
+            headers
+                .get_all(header::COOKIE)
+                .iter()
+                .find_map(|v| headway_lb::persist::cookie_value(n, v.as_bytes()))
+        }),
+        _ => None,
+    }
+}
+
 /// Methods whose requests may be sent twice (RFC 9110 §9.2.2).
 fn idempotent(m: &Method) -> bool {
     matches!(
@@ -1577,8 +1600,8 @@ async fn upstream(
         h.insert(header::UPGRADE, protocols.clone());
     }
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    // Only url-hash reads the URL.
-    let url = (cfg.method == headway_lb::select::Method::UrlHash).then_some(target.as_bytes());
+    // Only the hash methods read a key.
+    let hash_key = hash_key(cfg, target, &parts.headers);
     let framing = match &body {
         None => codec::RequestFraming::Empty,
         Some(b) if b.is_end_stream() => codec::RequestFraming::Empty,
@@ -1609,7 +1632,7 @@ async fn upstream(
             .acquire(Affinity {
                 client: Some(conn.peer.ip()),
                 cookie,
-                url,
+                hash_key,
                 exclude: tried,
             })
             .await
