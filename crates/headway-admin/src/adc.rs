@@ -8,7 +8,7 @@
 //!
 //! | metric | labels |
 //! |---|---|
-//! | `adc_requests_total`, `adc_connections_total`, `adc_refused_connections_total`, `adc_bad_proxy_headers_total`, `adc_rate_limited_total`, `adc_bad_requests_total`, `adc_upgrades_total` | `virtual_server` |
+//! | `adc_requests_total`, `adc_connections_total`, `adc_refused_connections_total`, `adc_denied_connections_total`, `adc_bad_proxy_headers_total`, `adc_rate_limited_total`, `adc_bad_requests_total`, `adc_upgrades_total` | `virtual_server` |
 //! | `adc_rule_hits_total` | `virtual_server`, `rule` |
 //! | `adc_rule_limited_total` | `virtual_server`, `rule` |
 //! | `adc_responses_total` | `virtual_server`, `class` = `1xx` … `5xx` |
@@ -143,7 +143,7 @@ impl Collector for AdcCollector {
             l
         };
         type Field = fn(&VirtualServerSnapshot) -> u64;
-        let vs_counters: [(&str, &str, Field); 7] = [
+        let vs_counters: [(&str, &str, Field); 8] = [
             (
                 "adc_requests",
                 "HTTP requests (tcp: connections proxied)",
@@ -156,6 +156,11 @@ impl Collector for AdcCollector {
                 "adc_refused_connections",
                 "Client connections refused by a per-client limit",
                 |v| v.refused_connections,
+            ),
+            (
+                "adc_denied_connections",
+                "Client connections closed because allow/deny keep the client out",
+                |v| v.denied_connections,
             ),
             (
                 "adc_bad_proxy_headers",
@@ -832,6 +837,18 @@ pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
             v.name, v.upgrades, v.tunnels
         )?;
     }
+    // Connections from clients `allow` / `deny` keep out.
+    for v in s
+        .virtual_servers
+        .iter()
+        .filter(|v| v.denied_connections > 0)
+    {
+        writeln!(
+            out,
+            "{} closed for allow/deny: {}",
+            v.name, v.denied_connections
+        )?;
+    }
     // Connections closed for a missing or broken PROXY header (`accept_proxy_protocol`).
     for v in s.virtual_servers.iter().filter(|v| v.bad_proxy_headers > 0) {
         writeln!(
@@ -1023,6 +1040,7 @@ mod tests {
                 responses: [0, 9, 0, 0, 1],
                 upgrades: 5,
                 bad_proxy_headers: 4,
+                denied_connections: 6,
                 tunnels: 2,
                 latency: HistogramSnapshot {
                     counts: vec![0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
@@ -1144,6 +1162,7 @@ mod tests {
             "headway_adc_reloads_failed_total 1",
             "headway_adc_upgrades_total{virtual_server=\"web\"} 5",
             "headway_adc_bad_proxy_headers_total{virtual_server=\"web\"} 4",
+            "headway_adc_denied_connections_total{virtual_server=\"web\"} 6",
             "headway_adc_rule_hits_total{virtual_server=\"web\",rule=\"mysite\"} 7",
             "headway_adc_rule_limited_total{virtual_server=\"web\",rule=\"mysite\"} 2",
             "headway_adc_server_ejections_total{group=\"g\",server=\"s1\"} 2",
@@ -1203,6 +1222,7 @@ mod tests {
         assert!(text.contains("90%"), "{text}");
         assert!(text.contains("group g (least-connection)"), "{text}");
         assert!(text.contains("web upgrades: 5 (2 open)"), "{text}");
+        assert!(text.contains("web closed for allow/deny: 6"), "{text}");
         assert!(
             text.contains("web rule mysite: 2 request(s) over its rate limit (429)"),
             "{text}"

@@ -322,6 +322,10 @@ pub struct VirtualServer {
     pub accept_proxy_protocol: bool,
     /// The balancers allowed to send such headers; empty = any address.
     pub proxy_protocol_from: Vec<crate::wanopt::Cidr>,
+    /// The clients served; empty = every client not in `deny`.
+    pub allow: Vec<crate::wanopt::Cidr>,
+    /// The clients never served.
+    pub deny: Vec<crate::wanopt::Cidr>,
     /// Accept HTTP/2 with prior knowledge.
     pub http2: bool,
     /// Pass protocol upgrades (WebSocket) through to servers (HTTP).
@@ -1677,6 +1681,14 @@ fn virtual_server(
             }
             Some(list) => cidrs(list, "proxy_protocol_from", origin)?,
         },
+        allow: v
+            .allow
+            .as_ref()
+            .map_or(Ok(Vec::new()), |l| cidrs(l, "allow", origin))?,
+        deny: v
+            .deny
+            .as_ref()
+            .map_or(Ok(Vec::new()), |l| cidrs(l, "deny", origin))?,
         http2: v.http2.unwrap_or(true),
         upgrades: v.upgrades.unwrap_or(true),
         tunnel_idle_timeout: positive(
@@ -1974,6 +1986,14 @@ fn cidrs(
                 .map_err(|m| invalid(origin.locate(Some(c.span())), format!("{field}: {m}")))
         })
         .collect()
+}
+
+impl VirtualServer {
+    /// Whether its `allow` and `deny` lists let `client` in.
+    pub fn admits(&self, client: std::net::IpAddr) -> bool {
+        (self.allow.is_empty() || self.allow.iter().any(|c| c.contains(client)))
+            && !self.deny.iter().any(|c| c.contains(client))
+    }
 }
 
 /// Checks and compiles the conditions in `f`; `what` names the rule or policy in messages

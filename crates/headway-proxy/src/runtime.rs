@@ -360,6 +360,7 @@ impl Proxy {
                         connections: c.connections.get(),
                         active_connections: c.active_connections.get(),
                         refused_connections: c.refused_connections.get(),
+                        denied_connections: c.denied_connections.get(),
                         bad_proxy_headers: c.bad_proxy_headers.get(),
                         requests: c.requests.get(),
                         responses: c.responses.snapshot(),
@@ -964,6 +965,11 @@ async fn accept_loop(
             tracing::debug!(client = %peer, "closing a connection from outside proxy_protocol_from");
             continue;
         }
+        if expect_header.is_none() && !vs.config.admits(peer.ip()) {
+            counters.denied_connections.inc();
+            tracing::debug!(client = %peer, "closing a connection from a client allow/deny keeps out");
+            continue;
+        }
         let guard = match expect_header {
             Some(_) => None,
             None => match vs
@@ -1019,12 +1025,17 @@ async fn accept_loop(
                             return;
                         }
                     };
-                    let admitted = slot
-                        .vs
-                        .load()
-                        .shared
-                        .limits
-                        .admit_connection(peer.addr.ip(), kind == VirtualServerKind::Tcp);
+                    let admitted = {
+                        let vs = slot.vs.load();
+                        if !vs.config.admits(peer.addr.ip()) {
+                            counters.denied_connections.inc();
+                            tracing::debug!(client = %peer.addr, "closing a connection from a client allow/deny keeps out");
+                            return;
+                        }
+                        vs.shared
+                            .limits
+                            .admit_connection(peer.addr.ip(), kind == VirtualServerKind::Tcp)
+                    };
                     let Some(_guard) = admitted else {
                         counters.refused_connections.inc();
                         return;

@@ -236,6 +236,8 @@ pub struct VirtualServerCounters {
     pub active_connections: Gauge,
     /// Connections refused by a per-client limit.
     pub refused_connections: Counter,
+    /// Connections closed because `allow` / `deny` do not let the client in.
+    pub denied_connections: Counter,
     /// Connections closed because they did not start with a PROXY protocol header
     /// (`accept_proxy_protocol`).
     pub bad_proxy_headers: Counter,
@@ -358,6 +360,9 @@ pub struct VirtualServerSnapshot {
     pub active_connections: u64,
     /// Connections refused by a per-client limit.
     pub refused_connections: u64,
+    /// Connections closed because `allow` / `deny` do not let the client in.
+    #[serde(default)]
+    pub denied_connections: u64,
     /// Connections closed for a missing or broken PROXY protocol header.
     #[serde(default)]
     pub bad_proxy_headers: u64,

@@ -62,6 +62,10 @@ mod dns;
 #[path = "adc/request_id.rs"]
 mod request_id;
 
+/// Virtual servers' `allow` and `deny` lists.
+#[path = "adc/allow_deny.rs"]
+mod allow_deny;
+
 /// Rules' rate limits (429).
 #[path = "adc/rate_limit.rs"]
 mod rate_limit;

@@ -941,3 +941,32 @@ fn header_and_cookie_hash_name_what_they_hash() {
         assert_err(&with(extra), line, col, &[says]);
     }
 }
+
+#[test]
+fn allow_and_deny_name_the_clients_a_virtual_server_serves() {
+    let c = parse(&format!(
+        "{GROUP}{VS}allow = [\"10.0.0.0/8\", \"2001:db8::/32\"]\ndeny = [\"10.9.0.0/16\"]\n"
+    ));
+    let v = &c.adc.virtual_servers[0];
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    assert!(v.admits(ip("10.1.2.3")));
+    assert!(v.admits(ip("::ffff:10.1.2.3")));
+    assert!(v.admits(ip("2001:db8::7")));
+    assert!(!v.admits(ip("10.9.1.1")));
+    assert!(!v.admits(ip("192.0.2.1")));
+    let open = parse(&format!("{GROUP}{VS}deny = [\"192.0.2.1\"]\n"));
+    assert!(open.adc.virtual_servers[0].admits(ip("198.51.100.1")));
+    assert!(!open.adc.virtual_servers[0].admits(ip("192.0.2.1")));
+    assert_err(
+        &format!("{GROUP}{VS}allow = [\"10.0.0.0/33\"]\n"),
+        10,
+        10,
+        &["allow:"],
+    );
+    assert_err(
+        &format!("{GROUP}{VS}deny = []\n"),
+        10,
+        8,
+        &["deny needs at least one network"],
+    );
+}

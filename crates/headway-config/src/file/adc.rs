@@ -301,6 +301,16 @@ pub struct VirtualServerSection {
     /// (`["10.0.0.0/8", "192.0.2.10"]`); a connection from anywhere else is closed before its
     /// header is read, and counted with the bad headers. Default: any address.
     pub proxy_protocol_from: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Only clients in these networks are served (`["10.0.0.0/8", "2001:db8::/32",
+    /// "192.0.2.10"]`): a connection from anywhere else is closed as soon as it is accepted
+    /// (behind a balancer with `accept_proxy_protocol`, once its header names the client),
+    /// before any byte is read or a server asked, and counted (`adc_denied_connections_total`).
+    /// Also for `tcp`. Default: every client.
+    pub allow: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Clients in these networks are never served (closed at once and counted, as for
+    /// `allow`), even when `allow` names a network that holds them: a known scanner, a
+    /// range under attack. Default: none.
+    pub deny: Option<Spanned<Vec<Spanned<String>>>>,
     /// HTTP: accept HTTP/2 beside HTTP/1.1 — with prior knowledge on `http`, offered by ALPN
     /// (`h2`, then `http/1.1`) on `https`. Default: true.
     pub http2: Option<bool>,
