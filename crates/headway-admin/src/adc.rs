@@ -11,6 +11,7 @@
 //! | `adc_requests_total`, `adc_connections_total`, `adc_refused_connections_total`, `adc_denied_connections_total`, `adc_bad_proxy_headers_total`, `adc_rate_limited_total`, `adc_bad_requests_total`, `adc_upgrades_total` | `virtual_server` |
 //! | `adc_rule_hits_total` | `virtual_server`, `rule` |
 //! | `adc_rule_limited_total` | `virtual_server`, `rule` |
+//! | `adc_rule_unauthorized_total` | `virtual_server`, `rule` |
 //! | `adc_responses_total` | `virtual_server`, `class` = `1xx` … `5xx` |
 //! | `adc_bytes_total` | `virtual_server`, `direction` = `in` / `out` |
 //! | `adc_active_connections`, `adc_tunnels` (upgraded connections open: WebSockets) | `virtual_server` |
@@ -190,7 +191,11 @@ impl Collector for AdcCollector {
         }
         let mut rule_hits = Vec::new();
         let mut rule_limited = Vec::new();
+        let mut rule_unauthorized = Vec::new();
         for v in &s.virtual_servers {
+            for ((rule, _), n) in v.rules.iter().zip(&v.rule_unauthorized) {
+                rule_unauthorized.push((with(vs(v), "rule", rule), *n));
+            }
             for ((rule, _), n) in v.rules.iter().zip(&v.rule_hits) {
                 rule_hits.push((with(vs(v), "rule", rule), *n));
             }
@@ -209,6 +214,12 @@ impl Collector for AdcCollector {
             "adc_rule_limited",
             "Requests a rule's rate limit refused with 429",
             &rule_limited,
+        )?;
+        counters(
+            &mut enc,
+            "adc_rule_unauthorized",
+            "Requests a rule's basic authentication refused with 401",
+            &rule_unauthorized,
         )?;
         let mut responses = Vec::new();
         let mut bytes = Vec::new();
@@ -817,13 +828,23 @@ pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
         }
     }
     table(out, &rows)?;
-    // Requests refused by rules' rate limits, for the rules that refused any.
+    // Requests refused by rules' rate limits and authentication, for the rules that refused
+    // any.
     for v in &s.virtual_servers {
         for ((rule, _), n) in v.rules.iter().zip(&v.rule_limited) {
             if *n > 0 {
                 writeln!(
                     out,
                     "{} rule {rule}: {n} request(s) over its rate limit (429)",
+                    v.name
+                )?;
+            }
+        }
+        for ((rule, _), n) in v.rules.iter().zip(&v.rule_unauthorized) {
+            if *n > 0 {
+                writeln!(
+                    out,
+                    "{} rule {rule}: {n} request(s) without valid credentials (401)",
                     v.name
                 )?;
             }
@@ -1036,6 +1057,7 @@ mod tests {
                 rules: vec![("mysite".into(), "g2".into())],
                 rule_hits: vec![7],
                 rule_limited: vec![2],
+                rule_unauthorized: vec![3],
                 requests: 10,
                 responses: [0, 9, 0, 0, 1],
                 upgrades: 5,
@@ -1165,6 +1187,7 @@ mod tests {
             "headway_adc_denied_connections_total{virtual_server=\"web\"} 6",
             "headway_adc_rule_hits_total{virtual_server=\"web\",rule=\"mysite\"} 7",
             "headway_adc_rule_limited_total{virtual_server=\"web\",rule=\"mysite\"} 2",
+            "headway_adc_rule_unauthorized_total{virtual_server=\"web\",rule=\"mysite\"} 3",
             "headway_adc_server_ejections_total{group=\"g\",server=\"s1\"} 2",
             "headway_adc_server_dns_failures_total{group=\"g\",server=\"app\"} 3",
             "headway_adc_tunnels{virtual_server=\"web\"} 2.0",
@@ -1225,6 +1248,10 @@ mod tests {
         assert!(text.contains("web closed for allow/deny: 6"), "{text}");
         assert!(
             text.contains("web rule mysite: 2 request(s) over its rate limit (429)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("web rule mysite: 3 request(s) without valid credentials (401)"),
             "{text}"
         );
         assert!(

@@ -35,6 +35,7 @@ use crate::wanopt::{resolve, socket, Cidr};
 
 pub mod action;
 pub mod address;
+pub mod auth;
 pub mod error_page;
 pub mod header_value;
 pub mod rate_limit;
@@ -430,6 +431,8 @@ pub struct Rule {
     pub path_rewrite: Option<PathRewrite>,
     /// How fast its requests are taken; `None` = no limit.
     pub rate_limit: Option<rate_limit::RateLimit>,
+    /// Basic authentication before its action; `None` = none.
+    pub auth: Option<auth::BasicAuth>,
 }
 
 /// A rule's path rewrite: the path's match of `from` replaced by `to`.
@@ -1912,12 +1915,18 @@ fn rule(
         .as_ref()
         .map(|rl| rate_limit::rate_limit(rl, &name, origin))
         .transpose()?;
+    let auth = r
+        .auth
+        .as_ref()
+        .map(|a| auth::basic_auth(a, &name, origin))
+        .transpose()?;
     Ok(Rule {
         name,
         action,
         conditions,
         path_rewrite,
         rate_limit,
+        auth,
     })
 }
 

@@ -60,10 +60,10 @@ mod cache;
 pub use cache::{CachePolicySection, CacheSection, ContentGroupSection};
 mod tcp;
 pub use adc::{
-    CertificateSection, CompressionSection, ErrorPageSection, GroupTlsSection, HeaderMatchSection,
-    HeaderRulesSection, MonitorSection, PathRewriteSection, PersistenceSection, RateLimitSection,
-    RedirectSection, RespondSection, RuleSection as AdcRuleSection, RuntimeSection,
-    ServerGroupSection, ServerSection, VirtualServerSection, VsTlsSection,
+    AuthSection, CertificateSection, CompressionSection, ErrorPageSection, GroupTlsSection,
+    HeaderMatchSection, HeaderRulesSection, MonitorSection, PathRewriteSection, PersistenceSection,
+    RateLimitSection, RedirectSection, RespondSection, RuleSection as AdcRuleSection,
+    RuntimeSection, ServerGroupSection, ServerSection, VirtualServerSection, VsTlsSection,
 };
 pub use tcp::TcpProfileSection;
 

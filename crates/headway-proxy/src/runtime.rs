@@ -357,6 +357,7 @@ impl Proxy {
                             .collect(),
                         rule_hits: v.rule_hits(),
                         rule_limited: v.rule_limited(),
+                        rule_unauthorized: v.rule_unauthorized(),
                         connections: c.connections.get(),
                         active_connections: c.active_connections.get(),
                         refused_connections: c.refused_connections.get(),

@@ -354,6 +354,9 @@ pub struct VirtualServerSnapshot {
     /// Requests each rule's rate limit refused (429), in the order of `rules`.
     #[serde(default)]
     pub rule_limited: Vec<u64>,
+    /// Requests each rule's basic authentication refused (401), in the order of `rules`.
+    #[serde(default)]
+    pub rule_unauthorized: Vec<u64>,
     /// Client connections accepted.
     pub connections: u64,
     /// Client connections open now.

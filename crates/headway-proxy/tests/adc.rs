@@ -66,6 +66,10 @@ mod request_id;
 #[path = "adc/allow_deny.rs"]
 mod allow_deny;
 
+/// Basic authentication on rules (401).
+#[path = "adc/auth.rs"]
+mod auth;
+
 /// Rules' rate limits (429).
 #[path = "adc/rate_limit.rs"]
 mod rate_limit;

@@ -970,3 +970,97 @@ fn allow_and_deny_name_the_clients_a_virtual_server_serves() {
         &["deny needs at least one network"],
     );
 }
+
+#[test]
+fn a_rule_may_ask_for_basic_authentication_against_bcrypt_hashes() {
+    // Well-formed bcrypt hashes (what they hash is the proxy's business).
+    const ALICE: &str = "alice:$2y$05$5uvAtpOUG1xE5sHNAF2ZAu5tWt6gGF9HjX2D0fLJbb9pZ0eIu9G2K";
+    const BOB: &str = "bob:$2b$04$abcdefghijklmnopqrstuu0123456789abcdefghijklmnopqrstu";
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("adc.toml");
+    let write = |text: &str| std::fs::write(dir.path().join("users"), text).unwrap();
+    let rule = |auth: &str| {
+        format!(
+            "{GROUP}{VS}[[virtual_server.rule]]\npath_prefix = \"/admin\"\ngroup = \"web\"\n\
+             auth = {auth}\n"
+        )
+    };
+    let parse_at = |text: &str| Config::parse(text, &config.display().to_string());
+    write(&format!("# admins\n{ALICE}\n\n{BOB}\r\n"));
+    let c = parse_at(&rule("{ realm = \"admin area\", users_file = \"users\" }")).unwrap();
+    let a = c.adc.virtual_servers[0].rules[0].auth.clone().unwrap();
+    assert_eq!(a.realm, "admin area");
+    assert_eq!(
+        a.users.iter().map(|(u, _)| u.as_str()).collect::<Vec<_>>(),
+        ["alice", "bob"]
+    );
+    assert_eq!(a.users[0].1, ALICE.split_once(':').unwrap().1);
+    let c = parse_at(&rule("{ users_file = \"users\" }")).unwrap();
+    assert_eq!(
+        c.adc.virtual_servers[0].rules[0]
+            .auth
+            .as_ref()
+            .unwrap()
+            .realm,
+        "restricted"
+    );
+    // Refusals: what is wrong, in which file and line.
+    for (file, says) in [
+        (
+            "alice:$apr1$xyz$abcdefghijklmnopqrstuv\n",
+            "line 1: user `alice`: only bcrypt",
+        ),
+        (
+            "alice:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=\n",
+            "only bcrypt hashes are taken",
+        ),
+        ("alice:wonder\n", "only bcrypt"),
+        (
+            &format!("{ALICE}\n{ALICE}\n"),
+            "line 2: user `alice` is listed twice",
+        ),
+        ("# nobody\n\n", "no users"),
+        ("just-a-name\n", "line 1 is not `name:hash`"),
+    ] {
+        write(file);
+        let e = parse_at(&rule("{ users_file = \"users\" }"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(says) && e.contains("users file"), "{file}: {e}");
+    }
+    let e = parse_at(&rule("{ users_file = \"missing\" }"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cannot use a users file"), "{e}");
+    write(&format!("{ALICE}\n"));
+    let e = parse_at(&rule(
+        "{ realm = \"say \\\"hi\\\"\", users_file = \"users\" }",
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("auth realm must be"), "{e}");
+    assert!(auth::is_bcrypt(ALICE.split_once(':').unwrap().1));
+    assert!(!auth::is_bcrypt(
+        "$2y$03$5uvAtpOUG1xE5sHNAF2ZAu5tWt6gGF9HjX2D0fLJbb9pZ0eIu9G2K"
+    ));
+    assert!(!auth::is_bcrypt(
+        "$2y$05$5uvAtpOUG1xE5sHNAF2ZAu5tWt6gGF9HjX2D0fLJbb9pZ0eIu9G2"
+    ));
+}
+
+proptest::proptest! {
+    /// A users file of any text parses or is refused, never panics; what parses prints back
+    /// to the same users.
+    #[test]
+    fn users_files_parse_or_are_refused(text in "(([a-z#]{0,6}:?(\\$2y\\$0[4-9]\\$[./a-zA-Z0-9]{53})?)?\r?\n){0,6}") {
+        if let Ok(users) = auth::parse_users(&text) {
+            let again: String = users.iter().map(|(u, h)| format!("{u}:{h}\n")).collect();
+            proptest::prop_assert_eq!(auth::parse_users(&again).unwrap(), users);
+        }
+    }
+
+    #[test]
+    fn users_files_of_any_bytes_never_panic(text in ".{0,300}") {
+        let _ = auth::parse_users(&text);
+    }
+}

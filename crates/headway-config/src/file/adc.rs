@@ -602,6 +602,32 @@ pub struct RuleSection {
     /// together: a fragile backend), `by = "header", header = "X-API-Key"` (each API key). See
     /// `[virtual_server.rule.rate_limit]`. Default: no limit.
     pub rate_limit: Option<Spanned<RateLimitSection>>,
+    /// Ask for a user name and password (HTTP basic authentication) before the rule's action:
+    /// `auth = { realm = "admin", users_file = "admin.htpasswd" }`. See
+    /// `[virtual_server.rule.auth]`. Default: none.
+    pub auth: Option<Spanned<AuthSection>>,
+}
+
+/// `[virtual_server.rule.auth]`: HTTP basic authentication on the requests a rule matches,
+/// written inline (`auth = { realm = "admin", users_file = "admin.htpasswd" }`). A request
+/// without valid credentials is answered by the proxy with 401 and `WWW-Authenticate: Basic
+/// realm="…"` (browsers then ask for them), no server asked, and the rule counts it
+/// (`adc_rule_unauthorized_total`, `headway ctl adc`); with them, the rule's action follows
+/// and the `Authorization` field goes on to the server as it came. Passwords are checked
+/// against bcrypt hashes off the event loop, at most two at once; a user name and password
+/// that passed are remembered (as a keyed hash, never in clear) for 10 minutes, so a browser's
+/// every request does not cost a bcrypt check. Basic authentication sends the password with
+/// every request: use it on `https` virtual servers. The file is read again on every reload.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    /// The realm browsers show, 1–128 printable ASCII characters without `"` or `\`.
+    /// Default: `"restricted"`.
+    pub realm: Option<Spanned<String>>,
+    /// The users: an htpasswd file of bcrypt hashes (`htpasswd -B -c admin.htpasswd alice`),
+    /// `name:hash` per line, `#` comments; relative to the config file. MD5 (`$apr1$`), SHA-1
+    /// and crypt hashes are refused. Required.
+    pub users_file: Spanned<PathBuf>,
 }
 
 /// `[virtual_server.rule.rate_limit]`: how many of the requests a rule matches are taken,

@@ -9,7 +9,8 @@
 //!  per request:
 //!   1 admit     framing verdict (400 + close) · CONNECT (501) · an `Upgrade` request is
 //!               marked for a tunnel (WebSocket) or served plain, closing · per-client rate (429)
-//!   2 route     content-switching rules → server group · the rule's rate limit (429)
+//!   2 route     content-switching rules → server group · the rule's rate limit (429) and
+//!               basic authentication (401; bcrypt off the event loop, passes remembered)
 //!   2½ cache    the integrated cache's lookup ([`crate::cache`]): a hit (or a stale object
 //!               while it is revalidated in the background) is answered here; a miss leads or
 //!               waits for the one fetch of its URL
@@ -33,6 +34,7 @@
 
 pub mod access_log;
 pub mod answer;
+pub mod auth;
 pub mod body;
 pub mod codec;
 pub mod compress;
@@ -97,6 +99,8 @@ struct RuleShared {
     hits: crate::stats::Counter,
     /// Requests its rate limit refused.
     limited: crate::stats::Counter,
+    /// Requests its basic authentication refused (401).
+    unauthorized: crate::stats::Counter,
     /// Its rate limit's buckets (kept while the limit stays the same).
     limiter: parking_lot::Mutex<Option<Arc<rate_limit::RuleLimiter>>>,
 }
@@ -106,6 +110,8 @@ struct RuleShared {
 struct RuleRuntime {
     shared: Arc<RuleShared>,
     limiter: Option<Arc<rate_limit::RuleLimiter>>,
+    /// Its users (read with this config generation).
+    auth: Option<auth::Authenticator>,
 }
 
 /// A virtual server in one config generation (HTTP or TCP).
@@ -193,7 +199,11 @@ impl VsRuntime {
                         }
                         l.clone()
                     };
-                    RuleRuntime { shared, limiter }
+                    RuleRuntime {
+                        shared,
+                        limiter,
+                        auth: r.auth.as_ref().map(auth::Authenticator::new),
+                    }
                 })
                 .collect();
             // Rules that are gone are forgotten.
@@ -259,6 +269,15 @@ impl VsRuntime {
     /// Requests each rule's rate limit refused since the rule was configured, in rule order.
     pub fn rule_limited(&self) -> Vec<u64> {
         self.rules.iter().map(|r| r.shared.limited.get()).collect()
+    }
+
+    /// Requests each rule's basic authentication refused since the rule was configured, in
+    /// rule order.
+    pub fn rule_unauthorized(&self) -> Vec<u64> {
+        self.rules
+            .iter()
+            .map(|r| r.shared.unauthorized.get())
+            .collect()
     }
 
     /// Whether a group it sends requests (or tcp connections) to writes PROXY headers to its
@@ -1241,6 +1260,20 @@ async fn phases(
                     header::RETRY_AFTER,
                     HeaderValue::from(rate_limit::retry_after(wait)),
                 );
+                return local_end(answer);
+            }
+        }
+        if let Some(a) = &r.auth {
+            if !a.admits(&parts.headers, SystemClock::now()).await {
+                r.shared.unauthorized.inc();
+                let mut answer = local(
+                    StatusCode::UNAUTHORIZED,
+                    "a user name and password are required",
+                    false,
+                );
+                answer
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, a.challenge());
                 return local_end(answer);
             }
         }

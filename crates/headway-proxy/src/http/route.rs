@@ -159,6 +159,7 @@ mod tests {
             conditions,
             path_rewrite: None,
             rate_limit: None,
+            auth: None,
         }
     }
 
