@@ -84,7 +84,9 @@ fn render() -> String {
          what is wrong and what to write instead.\n\n\
          Examples: `crates/headway-config/examples/headway.toml` (links, admin), \
          `wanopt-branch.toml` and `wanopt-dc.toml` (a WAN-optimizer pair), \
-         `adc-sharepoint.toml` (the ADC doing what seed 000's NetScaler configuration does).\n",
+         `adc-sharepoint.toml` (the ADC doing what seed 000's NetScaler configuration does), \
+         `adc-api-gateway.toml` (an API front end: access list, rate limits per client and per \
+         key, a canary, tenants hashed to servers, admin pages behind a password).\n",
     );
     for s in sections() {
         let title = s

@@ -1681,6 +1681,116 @@ async fn the_sharepoint_example_does_what_the_seeds_netscaler_does() {
     .await;
 }
 
+/// The API front-end example (`adc-api-gateway.toml`) against origins standing in for its
+/// servers: the path rewrite, the login's rate limit, tenants hashed to servers, the canary's
+/// share of clients (from 200 loopback addresses) and the admin pages' password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_gateway_example_does_what_its_comments_say() {
+    let mut text = include_str!("../../headway-config/examples/adc-api-gateway.toml")
+        .replace("127.0.0.1:8100", "127.0.0.1:0")
+        .replace("access_log = \"-\"\n", "")
+        .replace("access_log_format = \"json\"\n", "")
+        .replace("[admin]\nlisten = \"127.0.0.1:9090\"\n", "");
+    let mut origins = Vec::new();
+    for (i, name) in ["one", "two", "next", "admin"].iter().enumerate() {
+        let o = Origin::start(name, Duration::ZERO).await;
+        text = text.replace(&format!("127.0.0.1:{}", 8081 + i), &o.addr.to_string());
+        origins.push(o);
+    }
+    // Parsed where it lives, so that `admin.htpasswd` is found beside it.
+    let at = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../headway-config/examples/adc-api-gateway.toml"
+    );
+    let cfg = Config::parse(&text, at).unwrap_or_else(|e| panic!("{e}"));
+    let p = Proxy::start_with(cfg.adc, 7, 2).await.unwrap();
+    let addr = p.bound_addrs()[0].1;
+    let c = client();
+    // `/api` is stripped: the servers see `/echo`.
+    let a = send(&c, "GET", addr, "/api/echo", &[("x-api-key", "k1")], b"")
+        .await
+        .unwrap();
+    assert_eq!(a.status, 200);
+    let echoed: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+    assert_eq!(echoed["target"], "/echo");
+    assert!(echoed["headers"]["x-request-id"][0].is_string(), "{echoed}");
+    // The login: five tries a minute per client.
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        let a = send(&c, "POST", addr, "/api/login", &[], b"user=a&password=b")
+            .await
+            .unwrap();
+        statuses.push(a.status);
+    }
+    assert_ne!(statuses[4], 429, "{statuses:?}");
+    assert_eq!(statuses[5], 429, "{statuses:?}");
+    // Reports: each tenant always on one server, the tenants over both.
+    let mut homes: HashMap<String, String> = HashMap::new();
+    for round in 0..3 {
+        for t in 0..20 {
+            let tenant = format!("tenant-{t}");
+            let a = send(
+                &c,
+                "GET",
+                addr,
+                "/api/reports/healthz",
+                &[("x-tenant", &tenant)],
+                b"",
+            )
+            .await
+            .unwrap();
+            let home = homes.entry(tenant).or_insert_with(|| a.origin());
+            assert_eq!(*home, a.origin(), "round {round}");
+        }
+    }
+    let servers: std::collections::HashSet<_> = homes.values().collect();
+    assert_eq!(servers.len(), 2, "{homes:?}");
+    // The canary: about 10 % of 200 client addresses, each on the same side every time.
+    let mut on_next = 0;
+    for i in 1..=200u32 {
+        let source = std::net::Ipv4Addr::from(0x7f00_0000 + i);
+        let ask = |source| async move {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind(std::net::SocketAddr::new(source, 0)).unwrap();
+            let mut s = socket.connect(addr).await.unwrap();
+            s.write_all(b"GET /api/healthz HTTP/1.1\r\nHost: api\r\nConnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            out.to_ascii_lowercase().contains("x-origin: next")
+        };
+        let first = ask(std::net::IpAddr::V4(source)).await;
+        assert_eq!(ask(std::net::IpAddr::V4(source)).await, first, "{source}");
+        on_next += u32::from(first);
+    }
+    assert!(
+        (5..=40).contains(&on_next),
+        "{on_next} of 200 on the canary"
+    );
+    // The admin pages: a password.
+    let a = get(&c, addr, "/admin/").await;
+    assert_eq!(a.status, 401);
+    use base64::Engine as _;
+    let good = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("operator:change-me")
+    );
+    let a = send(
+        &c,
+        "GET",
+        addr,
+        "/admin/healthz",
+        &[("authorization", &good)],
+        b"",
+    )
+    .await
+    .unwrap();
+    // Past the password: the admin server's own answer (it has no such page).
+    assert_eq!((a.status, a.origin().as_str()), (404, "admin"));
+    p.shutdown(Duration::from_secs(1)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_accepting_and_lets_in_flight_requests_finish() {
     let slow = Origin::start("slow", Duration::from_millis(500)).await;
