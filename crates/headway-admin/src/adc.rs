@@ -12,6 +12,8 @@
 //! | `adc_rule_hits_total` | `virtual_server`, `rule` |
 //! | `adc_rule_limited_total` | `virtual_server`, `rule` |
 //! | `adc_rule_unauthorized_total` | `virtual_server`, `rule` |
+//! | `adc_mirror_requests_total`, `adc_mirror_skipped_total`, `adc_mirror_failed_total` | `virtual_server`, `group` |
+//! | `adc_mirror_responses_total` | `virtual_server`, `group`, `class` |
 //! | `adc_responses_total` | `virtual_server`, `class` = `1xx` … `5xx` |
 //! | `adc_bytes_total` | `virtual_server`, `direction` = `in` / `out` |
 //! | `adc_active_connections`, `adc_tunnels` (upgraded connections open: WebSockets) | `virtual_server` |
@@ -220,6 +222,43 @@ impl Collector for AdcCollector {
             "adc_rule_unauthorized",
             "Requests a rule's basic authentication refused with 401",
             &rule_unauthorized,
+        )?;
+        // Shadow traffic, for the virtual servers with a mirror group.
+        let mut mirror: [Vec<(Labels, u64)>; 4] = Default::default();
+        for v in &s.virtual_servers {
+            let Some(m) = &v.mirror else { continue };
+            let l = with(vs(v), "group", &m.group);
+            mirror[0].push((l.clone(), m.sent));
+            mirror[1].push((l.clone(), m.skipped));
+            mirror[2].push((l.clone(), m.failed));
+            for (c, n) in CLASSES.iter().zip(m.responses) {
+                mirror[3].push((with(l.clone(), "class", c), n));
+            }
+        }
+        let [sent, skipped, failed, answers] = &mirror;
+        counters(
+            &mut enc,
+            "adc_mirror_requests",
+            "Copies of requests sent to the mirror group",
+            sent,
+        )?;
+        counters(
+            &mut enc,
+            "adc_mirror_skipped",
+            "Copies not sent: too many in flight",
+            skipped,
+        )?;
+        counters(
+            &mut enc,
+            "adc_mirror_failed",
+            "Copies without a whole answer",
+            failed,
+        )?;
+        counters(
+            &mut enc,
+            "adc_mirror_responses",
+            "Answers to copies by status class",
+            answers,
         )?;
         let mut responses = Vec::new();
         let mut bytes = Vec::new();
@@ -858,6 +897,24 @@ pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
             v.name, v.upgrades, v.tunnels
         )?;
     }
+    // Shadow traffic.
+    for v in &s.virtual_servers {
+        let Some(m) = &v.mirror else { continue };
+        writeln!(
+            out,
+            "{} mirror to {}: {} sent ({} skipped, {} failed, {} in flight), 2xx {} 3xx {} 4xx {} 5xx {}",
+            v.name,
+            m.group,
+            m.sent,
+            m.skipped,
+            m.failed,
+            m.in_flight,
+            m.responses[1],
+            m.responses[2],
+            m.responses[3],
+            m.responses[4]
+        )?;
+    }
     // Connections from clients `allow` / `deny` keep out.
     for v in s
         .virtual_servers
@@ -1078,6 +1135,14 @@ mod tests {
                     failures: vec![("version".into(), 3), ("cipher".into(), 0)],
                     ..TlsSnapshot::default()
                 }),
+                mirror: Some(headway_proxy::stats::MirrorSnapshot {
+                    group: "next".into(),
+                    sent: 12,
+                    skipped: 2,
+                    failed: 1,
+                    responses: [0, 10, 0, 1, 0],
+                    in_flight: 0,
+                }),
                 ..VirtualServerSnapshot::default()
             }],
             certificates: vec![CertificateSnapshot {
@@ -1185,6 +1250,9 @@ mod tests {
             "headway_adc_upgrades_total{virtual_server=\"web\"} 5",
             "headway_adc_bad_proxy_headers_total{virtual_server=\"web\"} 4",
             "headway_adc_denied_connections_total{virtual_server=\"web\"} 6",
+            "headway_adc_mirror_requests_total{virtual_server=\"web\",group=\"next\"} 12",
+            "headway_adc_mirror_skipped_total{virtual_server=\"web\",group=\"next\"} 2",
+            "headway_adc_mirror_responses_total{virtual_server=\"web\",group=\"next\",class=\"4xx\"} 1",
             "headway_adc_rule_hits_total{virtual_server=\"web\",rule=\"mysite\"} 7",
             "headway_adc_rule_limited_total{virtual_server=\"web\",rule=\"mysite\"} 2",
             "headway_adc_rule_unauthorized_total{virtual_server=\"web\",rule=\"mysite\"} 3",
@@ -1246,6 +1314,12 @@ mod tests {
         assert!(text.contains("group g (least-connection)"), "{text}");
         assert!(text.contains("web upgrades: 5 (2 open)"), "{text}");
         assert!(text.contains("web closed for allow/deny: 6"), "{text}");
+        assert!(
+            text.contains(
+                "web mirror to next: 12 sent (2 skipped, 1 failed, 0 in flight), 2xx 10 3xx 0 4xx 1 5xx 0"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("web rule mysite: 2 request(s) over its rate limit (429)"),
             "{text}"

@@ -337,6 +337,8 @@ pub struct VirtualServer {
     pub x_forwarded_for: bool,
     /// The header carrying each request's ID (lower case); `None` = no IDs.
     pub request_id: Option<String>,
+    /// The group that gets copies of bodiless requests (shadow traffic); `None` = none.
+    pub mirror: Option<String>,
     /// Set `X-Forwarded-Proto`.
     pub x_forwarded_proto: bool,
     /// Append an RFC 7239 `Forwarded` element.
@@ -1541,6 +1543,7 @@ fn virtual_server(
         not_for(&v.response_headers, http_only("response_headers"), origin)?;
         not_for(&v.compression, http_only("compression"), origin)?;
         not_for(&v.request_id, http_only("request_id"), origin)?;
+        not_for(&v.mirror, http_only("mirror"), origin)?;
         not_for(
             &v.tunnel_idle_timeout,
             http_only("tunnel_idle_timeout"),
@@ -1701,6 +1704,11 @@ fn virtual_server(
             origin,
         )?,
         x_forwarded_for: v.x_forwarded_for.unwrap_or(true),
+        mirror: v
+            .mirror
+            .as_ref()
+            .map(|g| reference(g, groups, "server group", "[[server_group]]", origin))
+            .transpose()?,
         request_id: match &v.request_id {
             None => None,
             Some(h) => Some(request_id_header(h, &name, origin)?),

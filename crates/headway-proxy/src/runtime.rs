@@ -374,6 +374,7 @@ impl Proxy {
                         compression: v.compression_snapshot(),
                         latency: c.latency.snapshot(),
                         tls: t.as_ref().map(|t| t.counters().snapshot()),
+                        mirror: v.mirror_snapshot(),
                     }
                 })
                 .collect(),
@@ -745,7 +746,9 @@ impl Proxy {
                 .filter(|_| v.kind != headway_config::adc::VirtualServerKind::Tcp)
                 .cloned();
             virtual_servers.push(Arc::new(
-                VsRuntime::new(v.clone(), router, shared, log).with_cache(vs_cache),
+                VsRuntime::new(v.clone(), router, shared, log)
+                    .with_cache(vs_cache)
+                    .with_mirror(v.mirror.as_deref().map(find)),
             ));
         }
         drop(old);

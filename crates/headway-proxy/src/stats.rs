@@ -395,6 +395,26 @@ pub struct VirtualServerSnapshot {
     /// TLS handshakes (`https` virtual servers only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSnapshot>,
+    /// Shadow traffic (virtual servers with a `mirror` group only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<MirrorSnapshot>,
+}
+
+/// A virtual server's shadow traffic since start (counts survive reloads).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MirrorSnapshot {
+    /// The group that gets the copies.
+    pub group: String,
+    /// Copies sent.
+    pub sent: u64,
+    /// Copies skipped because too many were in flight.
+    pub skipped: u64,
+    /// Copies without a whole answer.
+    pub failed: u64,
+    /// Answers by class `[1xx, 2xx, 3xx, 4xx, 5xx]`.
+    pub responses: [u64; 5],
+    /// Copies in flight now.
+    pub in_flight: u64,
 }
 
 /// An `https` virtual server's TLS handshakes since start (counts survive reloads).

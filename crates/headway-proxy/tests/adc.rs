@@ -66,6 +66,10 @@ mod request_id;
 #[path = "adc/allow_deny.rs"]
 mod allow_deny;
 
+/// Shadow traffic to a mirror group.
+#[path = "adc/mirror.rs"]
+mod mirror;
+
 /// Basic authentication on rules (401).
 #[path = "adc/auth.rs"]
 mod auth;

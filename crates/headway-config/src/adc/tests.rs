@@ -1064,3 +1064,20 @@ proptest::proptest! {
         let _ = auth::parse_users(&text);
     }
 }
+
+#[test]
+fn a_mirror_names_a_group_of_an_http_virtual_server() {
+    let c = parse(&format!("{GROUP}{VS}mirror = \"web\"\n"));
+    assert_eq!(c.adc.virtual_servers[0].mirror.as_deref(), Some("web"));
+    assert_err(
+        &format!("{GROUP}{VS}mirror = \"wbe\"\n"),
+        10,
+        10,
+        &["unknown server group `wbe`: the server groups are `web`"],
+    );
+    let tcp = VS.replace("kind = \"http\"", "kind = \"tcp\"");
+    let e = Config::parse(&format!("{GROUP}{tcp}mirror = \"web\"\n"), "adc.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("mirror"), "{e}");
+}

@@ -344,6 +344,15 @@ pub struct VirtualServerSection {
     /// too), and the access log records it (`request_id` in JSON, a last quoted field in the
     /// combined format). Default: none.
     pub request_id: Option<Spanned<String>>,
+    /// HTTP: shadow traffic to this `[[server_group]]` (`mirror = "next"`): a copy of each
+    /// request without a body that goes to a server is sent to a server of this group as well,
+    /// as that server would get it (forwarding headers, header rules, path rewrite), and its
+    /// answer read and dropped — a new version tried with real requests. The copy never delays
+    /// or changes the client's answer, and its server's failures count only on that group. At
+    /// most 64 copies are in flight per virtual server; beyond, copies are skipped. Counted in
+    /// `adc_mirror_*` and `headway ctl adc`. Requests with a body, upgrades and answers from
+    /// the cache are not copied. Default: none.
+    pub mirror: Option<Spanned<String>>,
     /// HTTP: header rules applied to requests before they go to a server.
     pub request_headers: Option<Spanned<HeaderRulesSection>>,
     /// HTTP: header rules applied to responses before they go to the client.

@@ -14,6 +14,8 @@
 //!   2½ cache    the integrated cache's lookup ([`crate::cache`]): a hit (or a stale object
 //!               while it is revalidated in the background) is answered here; a miss leads or
 //!               waits for the one fetch of its URL
+//!   2¾ mirror   a copy of a bodiless request to the `mirror` group ([`mirror`]), in a task
+//!               of its own
 //!   3 select    persistence (cookie / source IP) → method → limits → surge queue (503)
 //!   4 upstream  pooled keep-alive connection · send · response header within the timeout
 //!               retry elsewhere on connect failure (any method) or a reset before any
@@ -41,6 +43,7 @@ pub mod compress;
 pub mod framing;
 pub mod h1;
 pub mod headers;
+pub mod mirror;
 pub mod rate_limit;
 pub mod request_id;
 pub mod rewind;
@@ -87,6 +90,8 @@ pub struct VsShared {
     pub limits: Arc<ClientLimits>,
     /// Compression counters.
     pub compression: Arc<compress::Counters>,
+    /// Shadow traffic counters.
+    pub mirror: Arc<mirror::MirrorCounters>,
     /// Each content-switching rule's counters and rate limit, by rule name (kept across
     /// reloads while the name stays).
     rules: parking_lot::Mutex<std::collections::HashMap<String, Arc<RuleShared>>>,
@@ -130,6 +135,8 @@ pub struct VsRuntime {
     compression: Option<compress::Policy>,
     /// The integrated cache, when this virtual server uses it.
     cache: Option<Arc<Cache>>,
+    /// The group that gets copies of bodiless requests (`mirror`).
+    mirror: Option<Arc<Group>>,
     /// Whether a group it sends requests to writes PROXY headers to its servers.
     sends_proxy_protocol: bool,
     /// Each rule's counters and rate limit, in rule order.
@@ -231,6 +238,7 @@ impl VsRuntime {
             shared,
             log,
             cache: None,
+            mirror: None,
         }
     }
 
@@ -238,6 +246,12 @@ impl VsRuntime {
     /// section serves).
     pub fn with_cache(mut self, cache: Option<Arc<Cache>>) -> Self {
         self.cache = cache;
+        self
+    }
+
+    /// This virtual server copying bodiless requests to `mirror` (its `mirror` group).
+    pub fn with_mirror(mut self, mirror: Option<Arc<Group>>) -> Self {
+        self.mirror = mirror;
         self
     }
 }
@@ -269,6 +283,20 @@ impl VsRuntime {
     /// Requests each rule's rate limit refused since the rule was configured, in rule order.
     pub fn rule_limited(&self) -> Vec<u64> {
         self.rules.iter().map(|r| r.shared.limited.get()).collect()
+    }
+
+    /// Its shadow traffic, if it has a `mirror` group.
+    pub fn mirror_snapshot(&self) -> Option<crate::stats::MirrorSnapshot> {
+        let g = self.mirror.as_ref()?;
+        let m = &self.shared.mirror;
+        Some(crate::stats::MirrorSnapshot {
+            group: g.config.name.clone(),
+            sent: m.sent.get(),
+            skipped: m.skipped.get(),
+            failed: m.failed.get(),
+            responses: m.responses.snapshot(),
+            in_flight: m.in_flight.get(),
+        })
     }
 
     /// Requests each rule's basic authentication refused since the rule was configured, in
@@ -1336,6 +1364,11 @@ async fn phases(
     let method = parts.method.clone();
     let version = parts.version;
     let (protocols, client) = upgrade.unzip();
+    if let Some(m) = &vs.mirror {
+        if protocols.is_none() && body.is_end_stream() {
+            mirror::copy(conn, vs, m, &parts);
+        }
+    }
     match upstream(
         conn,
         vs,
@@ -1518,40 +1551,72 @@ async fn revalidate(conn: Arc<Conn>, vs: Arc<VsRuntime>, group: Arc<Group>, fetc
             return;
         }
     };
-    let Upstream {
-        head,
-        lease,
-        conn: server_conn,
-        decoder,
-    } = up;
-    let mut headers = head.headers;
-    let close = headers::strip_hop_by_hop(&mut headers) || head.version == Version::HTTP_10;
-    lease.server.counters.responses.record(head.status.as_u16());
-    let tee = match fetch.on_response(head.status, &mut headers) {
+    let mut a = up.background();
+    let tee = match fetch.on_response(a.status, &mut a.headers) {
         Reply::Pass(Some(tee)) => tee,
         Reply::Pass(None) | Reply::Serve(_) => {
-            if !close && decoder.is_done() {
-                lease.server.pool.checkin(server_conn, SystemClock::now());
+            if !a.close && a.up.decoder.is_done() {
+                a.up.lease
+                    .server
+                    .pool
+                    .checkin(a.up.conn, SystemClock::now());
             }
             return;
         }
     };
-    // Read the body into the cache; nothing of it goes to a client, so nothing is counted
-    // on the virtual server.
-    let activity = Arc::new(ConnActivity::default());
-    activity.inflight.fetch_add(1, Relaxed);
-    let exchange = Exchange {
-        lease: Some(lease),
-        reusable: !close,
-        counters: Arc::default(),
-        activity,
-        started: SystemClock::now(),
-        log: None,
-    };
-    let mut body = RespBody::upstream(server_conn, decoder, exchange).teed(Some(tee));
+    // Read the body into the cache.
+    let mut body = a.body().teed(Some(tee));
     while let Some(f) = body.frame().await {
         if f.is_err() {
             return;
+        }
+    }
+}
+
+/// A server's answer read in the background (a revalidation, a mirrored copy), its head
+/// taken apart.
+struct Background {
+    status: StatusCode,
+    /// Its fields, hop-by-hop ones removed.
+    headers: http::HeaderMap,
+    /// Whether the server connection ends after it.
+    close: bool,
+    /// The rest of it (`head.headers` emptied).
+    up: Upstream,
+}
+
+impl Background {
+    /// Its body: nothing of it goes to a client, so nothing is counted on the virtual server;
+    /// at its end the server connection goes back to the pool (unless `close`) and the slot is
+    /// released.
+    fn body(self) -> RespBody {
+        let activity = Arc::new(ConnActivity::default());
+        activity.inflight.fetch_add(1, Relaxed);
+        let exchange = Exchange {
+            lease: Some(self.up.lease),
+            reusable: !self.close,
+            counters: Arc::default(),
+            activity,
+            started: SystemClock::now(),
+            log: None,
+        };
+        RespBody::upstream(self.up.conn, self.up.decoder, exchange)
+    }
+}
+
+impl Upstream {
+    /// This answer as one read in the background, counted on its server.
+    fn background(mut self) -> Background {
+        let mut headers = std::mem::take(&mut self.head.headers);
+        let close =
+            headers::strip_hop_by_hop(&mut headers) || self.head.version == Version::HTTP_10;
+        let status = self.head.status;
+        self.lease.server.counters.responses.record(status.as_u16());
+        Background {
+            status,
+            headers,
+            close,
+            up: self,
         }
     }
 }
