@@ -496,6 +496,20 @@ pub enum Condition {
         /// What its value must be.
         value: ValueMatch,
     },
+    /// A cookie is present and its value matches.
+    Cookie {
+        /// The cookie's name (case-sensitive).
+        name: String,
+        /// What its value must be.
+        value: ValueMatch,
+    },
+    /// A query parameter is present and its (first) value matches.
+    Query {
+        /// The parameter's name, as received.
+        name: String,
+        /// What its value must be.
+        value: ValueMatch,
+    },
 }
 
 /// How a header's value is matched.
@@ -1854,6 +1868,8 @@ fn rule(
             path_extension: &r.path_extension,
             method: &r.method,
             header: &r.header,
+            cookie: &r.cookie,
+            query: &r.query,
             source: &r.source,
             source_not: &r.source_not,
         },
@@ -1876,7 +1892,7 @@ fn rule(
             format!(
                 "rule `{name}` has no condition and would match every request: add one (host, \
                  path, path_prefix, path_contains, path_regex, path_extension, method, header, \
-                 source, source_not, share), \
+                 cookie, query, source, source_not, share), \
                  or set the virtual server's `group` instead"
             ),
         ));
@@ -1978,8 +1994,50 @@ pub(crate) struct ConditionFields<'a> {
     pub path_extension: &'a Option<Spanned<Vec<String>>>,
     pub method: &'a Option<Spanned<Vec<String>>>,
     pub header: &'a Option<Spanned<crate::file::HeaderMatchSection>>,
+    pub cookie: &'a Option<Spanned<crate::file::HeaderMatchSection>>,
+    pub query: &'a Option<Spanned<crate::file::HeaderMatchSection>>,
     pub source: &'a Option<Spanned<Vec<Spanned<String>>>>,
     pub source_not: &'a Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+/// A header, cookie or query parameter condition (`kind` names which in messages): its name
+/// (checked by `valid`) and how its value is matched.
+fn named_value(
+    m: &Spanned<crate::file::HeaderMatchSection>,
+    kind: &str,
+    valid: impl Fn(&str) -> bool,
+    what: &str,
+    origin: &Origin,
+) -> Result<(String, ValueMatch), ConfigError> {
+    let hs = m.get_ref();
+    if !valid(hs.name.get_ref()) {
+        return Err(invalid(
+            origin.locate(Some(hs.name.span())),
+            format!("{what}: `{}` is not a {kind} name", hs.name.get_ref()),
+        ));
+    }
+    let value = match (&hs.value, &hs.regex) {
+        (Some(_), Some(x)) => {
+            return Err(invalid(
+                origin.locate(Some(x.span())),
+                format!("{what}: give either `value` or `regex` for the {kind}, not both"),
+            ))
+        }
+        (Some(v), None) => ValueMatch::Exact(v.get_ref().clone()),
+        (None, Some(x)) => ValueMatch::Regex(pattern(x, what, origin)?),
+        (None, None) => ValueMatch::Any,
+    };
+    Ok((hs.name.get_ref().clone(), value))
+}
+
+/// A regular expression of a condition of `what`.
+fn pattern(s: &Spanned<String>, what: &str, origin: &Origin) -> Result<Pattern, ConfigError> {
+    regex::Regex::new(s.get_ref()).map(Pattern).map_err(|e| {
+        invalid(
+            origin.locate(Some(s.span())),
+            format!("{what}: not a valid regular expression: {e}"),
+        )
+    })
 }
 
 /// A list of networks (`["10.0.0.0/8", "192.0.2.10"]`), at least one; `field` names it in
@@ -2020,14 +2078,7 @@ pub(crate) fn conditions(
     what: &str,
     origin: &Origin,
 ) -> Result<Vec<Condition>, ConfigError> {
-    let regex = |s: &Spanned<String>| {
-        regex::Regex::new(s.get_ref()).map(Pattern).map_err(|e| {
-            invalid(
-                origin.locate(Some(s.span())),
-                format!("{what}: not a valid regular expression: {e}"),
-            )
-        })
-    };
+    let regex = |s: &Spanned<String>| pattern(s, what, origin);
     let path_like = |s: &Spanned<String>, field: &str| {
         if s.get_ref().is_empty() || !is_visible(s.get_ref()) {
             Err(invalid(
@@ -2099,28 +2150,20 @@ pub(crate) fn conditions(
         conditions.push(Condition::Method(m.get_ref().clone()));
     }
     if let Some(h) = f.header {
-        let hs = h.get_ref();
-        if !is_token(hs.name.get_ref()) {
-            return Err(invalid(
-                origin.locate(Some(hs.name.span())),
-                format!("{what}: `{}` is not a header name", hs.name.get_ref()),
-            ));
-        }
-        let value = match (&hs.value, &hs.regex) {
-            (Some(_), Some(x)) => {
-                return Err(invalid(
-                    origin.locate(Some(x.span())),
-                    format!("{what}: give either `value` or `regex` for the header, not both"),
-                ))
-            }
-            (Some(v), None) => ValueMatch::Exact(v.get_ref().clone()),
-            (None, Some(x)) => ValueMatch::Regex(regex(x)?),
-            (None, None) => ValueMatch::Any,
-        };
+        let (name, value) = named_value(h, "header", is_token, what, origin)?;
         conditions.push(Condition::Header {
-            name: hs.name.get_ref().to_ascii_lowercase(),
+            name: name.to_ascii_lowercase(),
             value,
         });
+    }
+    if let Some(c) = f.cookie {
+        let (name, value) = named_value(c, "cookie", is_token, what, origin)?;
+        conditions.push(Condition::Cookie { name, value });
+    }
+    if let Some(q) = f.query {
+        let parameter = |n: &str| !n.is_empty() && is_visible(n) && !n.contains(['&', '=', '#']);
+        let (name, value) = named_value(q, "query parameter", parameter, what, origin)?;
+        conditions.push(Condition::Query { name, value });
     }
     if let Some(l) = f.source {
         conditions.push(Condition::Source(cidrs(

@@ -419,6 +419,8 @@ fn policy(
             path_extension: &p.path_extension,
             method: &p.method,
             header: &p.header,
+            cookie: &p.cookie,
+            query: &p.query,
             source: &None,
             source_not: &None,
         },

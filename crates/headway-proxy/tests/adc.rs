@@ -840,7 +840,9 @@ async fn backup_servers_serve_only_when_every_primary_is_down() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn content_switching_sends_each_rule_to_its_group() {
-    let names = ["default", "mysite", "images", "api", "beta", "posts"];
+    let names = [
+        "default", "mysite", "images", "api", "beta", "posts", "cookie", "query",
+    ];
     let mut origins = Vec::new();
     let mut text = String::new();
     for n in names {
@@ -854,12 +856,14 @@ async fn content_switching_sends_each_rule_to_its_group() {
          [[virtual_server.rule]]\npath_extension = [\"jpg\", \"gif\"]\ngroup = \"images\"\n\
          [[virtual_server.rule]]\nhost = \"*.api.example\"\ngroup = \"api\"\n\
          [[virtual_server.rule]]\nheader = { name = \"X-Beta\", value = \"1\" }\ngroup = \"beta\"\n\
-         [[virtual_server.rule]]\nmethod = [\"POST\"]\npath_prefix = \"/echo\"\ngroup = \"posts\"\n",
+         [[virtual_server.rule]]\nmethod = [\"POST\"]\npath_prefix = \"/echo\"\ngroup = \"posts\"\n\
+         [[virtual_server.rule]]\ncookie = { name = \"canary\", value = \"yes\" }\ngroup = \"cookie\"\n\
+         [[virtual_server.rule]]\nquery = { name = \"version\", regex = \"^2\" }\ngroup = \"query\"\n",
     ));
     let (_p, addr) = proxy(&text).await;
     let c = client();
     type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)], &'a str);
-    let cases: [Case<'_>; 7] = [
+    let cases: [Case<'_>; 11] = [
         ("GET", "/", &[], "default"),
         ("GET", "/sites/x/_layouts/MySite.aspx?a=1", &[], "mysite"),
         ("GET", "/img/logo.GIF", &[], "images"),
@@ -867,6 +871,15 @@ async fn content_switching_sends_each_rule_to_its_group() {
         ("GET", "/", &[("x-beta", "1")], "beta"),
         ("POST", "/echo", &[], "posts"),
         ("GET", "/echo", &[], "default"),
+        (
+            "GET",
+            "/",
+            &[("cookie", "theme=dark; canary=yes")],
+            "cookie",
+        ),
+        ("GET", "/", &[("cookie", "canary=no")], "default"),
+        ("GET", "/healthz?version=2.4", &[], "query"),
+        ("GET", "/healthz?subversion=2", &[], "default"),
     ];
     for (m, path, h, want) in cases {
         let r = send(&c, m, addr, path, h, b"").await.unwrap();

@@ -1081,3 +1081,58 @@ fn a_mirror_names_a_group_of_an_http_virtual_server() {
         .to_string();
     assert!(e.contains("mirror"), "{e}");
 }
+
+#[test]
+fn rules_and_cache_policies_may_match_cookies_and_query_parameters() {
+    let c = parse(&format!(
+        "{GROUP}{VS}[[virtual_server.rule]]\ncookie = {{ name = \"beta\", value = \"1\" }}\n\
+         query = {{ name = \"v\", regex = \"^2\" }}\ngroup = \"web\"\n"
+    ));
+    let conds = &c.adc.virtual_servers[0].rules[0].conditions;
+    assert!(
+        matches!(&conds[0], Condition::Cookie { name, value: ValueMatch::Exact(v) }
+        if name == "beta" && v == "1")
+    );
+    assert!(
+        matches!(&conds[1], Condition::Query { name, value: ValueMatch::Regex(_) }
+        if name == "v")
+    );
+    for (cond, col, says) in [
+        (
+            "cookie = { name = \"a b\" }",
+            19,
+            "`a b` is not a cookie name",
+        ),
+        (
+            "query = { name = \"a&b\" }",
+            18,
+            "`a&b` is not a query parameter name",
+        ),
+        (
+            "query = { name = \"v\", value = \"1\", regex = \"1\" }",
+            44,
+            "give either `value` or `regex` for the query parameter, not both",
+        ),
+        (
+            "cookie = { name = \"s\", regex = \"(\" }",
+            32,
+            "not a valid regular expression",
+        ),
+    ] {
+        assert_err(
+            &format!("{GROUP}{VS}[[virtual_server.rule]]\n{cond}\ngroup = \"web\"\n"),
+            11,
+            col,
+            &[says],
+        );
+    }
+    let cached = parse(&format!(
+        "{GROUP}{VS}[cache]\n[[cache.group]]\nname = \"all\"\n[[cache.policy]]\n\
+         name = \"sessions\"\ncookie = {{ name = \"session\" }}\naction = \"bypass\"\n"
+    ));
+    let p = &cached.adc.cache.as_ref().unwrap().policies[0];
+    assert!(
+        matches!(&p.conditions[0], Condition::Cookie { name, value: ValueMatch::Any }
+        if name == "session")
+    );
+}

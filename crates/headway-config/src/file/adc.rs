@@ -587,6 +587,14 @@ pub struct RuleSection {
     /// A header is present (`{ name = "X-Beta" }`), equals a value (`value = "1"`), or matches a
     /// regular expression (`regex = "^1"`).
     pub header: Option<Spanned<HeaderMatchSection>>,
+    /// A cookie of the request is present (`{ name = "beta" }`), equals a value (`value =
+    /// "1"`), or matches a regular expression (`regex = "^v2"`); the value is compared as sent
+    /// (without the quotes a quoted value has).
+    pub cookie: Option<Spanned<HeaderMatchSection>>,
+    /// A query parameter is present (`{ name = "version" }`), equals a value (`value = "2"`),
+    /// or matches a regular expression; the first parameter of that name counts, compared as
+    /// received (not percent-decoded, as the path is).
+    pub query: Option<Spanned<HeaderMatchSection>>,
     /// The client's address is in one of these networks (`["10.0.0.0/8", "2001:db8::/32",
     /// "192.0.2.10"]`). Behind a balancer that sends PROXY headers (`accept_proxy_protocol`),
     /// the address the header names. With `respond = { status = 403 }` and `source_not`, an

@@ -136,6 +136,14 @@ pub struct CachePolicySection {
     /// A request header is present (`{ name = "X-Beta" }`), equals a value (`value = "1"`), or
     /// matches a regular expression (`regex = "^1"`).
     pub header: Option<Spanned<HeaderMatchSection>>,
+    /// A cookie of the request is present (`{ name = "beta" }`), equals a value (`value =
+    /// "1"`), or matches a regular expression (`regex = "^v2"`); the value is compared as sent
+    /// (without the quotes a quoted value has).
+    pub cookie: Option<Spanned<HeaderMatchSection>>,
+    /// A query parameter is present (`{ name = "version" }`), equals a value (`value = "2"`),
+    /// or matches a regular expression; the first parameter of that name counts, compared as
+    /// received (not percent-decoded, as the path is).
+    pub query: Option<Spanned<HeaderMatchSection>>,
     /// The response's `Content-Type` (without parameters, case-insensitive) starts with one of
     /// these (`["image/", "application/javascript"]`), as NetScaler's `RES.HTTP.HEADER
     /// Content-Type CONTAINS`. Such a policy is decided when the response arrives; the lookup

@@ -98,6 +98,25 @@ pub fn host_of(req: &Parts) -> Option<String> {
     Some(host.to_ascii_lowercase())
 }
 
+/// Whether a header's, cookie's or query parameter's value `v` matches.
+fn value_matches(m: &ValueMatch, v: &[u8]) -> bool {
+    match m {
+        ValueMatch::Any => true,
+        ValueMatch::Exact(x) => v == x.as_bytes(),
+        ValueMatch::Regex(r) => std::str::from_utf8(v).is_ok_and(|s| r.0.is_match(s)),
+        _ => false,
+    }
+}
+
+/// The value of the first parameter `name` of `query` (`a=1&b=2`; a parameter without `=` has
+/// an empty value), as received.
+pub fn query_value<'q>(query: &'q str, name: &str) -> Option<&'q str> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == name).then_some(v)
+    })
+}
+
 /// Whether condition `c` holds for `req` (`host` as [`host_of`] gives it, `path` the URI path)
 /// from `client` (`None`: not known, and no client condition holds); the cache policies use it
 /// too.
@@ -124,17 +143,22 @@ pub(crate) fn matches(
                 .is_some_and(|(_, e)| exts.iter().any(|x| x.eq_ignore_ascii_case(e)))
         }
         Condition::Method(ms) => ms.iter().any(|m| m == req.method.as_str()),
-        Condition::Header { name, value } => {
-            req.headers
-                .get_all(name.as_str())
-                .iter()
-                .any(|v| match value {
-                    ValueMatch::Any => true,
-                    ValueMatch::Exact(x) => v.as_bytes() == x.as_bytes(),
-                    ValueMatch::Regex(r) => v.to_str().is_ok_and(|s| r.0.is_match(s)),
-                    _ => false,
-                })
-        }
+        Condition::Header { name, value } => req
+            .headers
+            .get_all(name.as_str())
+            .iter()
+            .any(|v| value_matches(value, v.as_bytes())),
+        Condition::Cookie { name, value } => req
+            .headers
+            .get_all(http::header::COOKIE)
+            .iter()
+            .find_map(|v| headway_lb::persist::cookie_value(name, v.as_bytes()))
+            .is_some_and(|v| value_matches(value, v)),
+        Condition::Query { name, value } => req
+            .uri
+            .query()
+            .and_then(|q| query_value(q, name))
+            .is_some_and(|v| value_matches(value, v.as_bytes())),
         _ => false,
     }
 }
@@ -216,6 +240,63 @@ mod tests {
         assert_eq!(t("GET", "/dir.jpg/file", &[]), 0);
         assert_eq!(r.route(&parts("GET", "/v2/x", &[]), client).1, Some(4));
         assert_eq!(r.route(&parts("GET", "/", &[]), client).1, None);
+    }
+
+    #[test]
+    fn cookie_and_query_conditions_read_their_values() {
+        let r = Router::new(
+            vec![
+                (
+                    rule(
+                        "beta-users",
+                        vec![Condition::Cookie {
+                            name: "beta".into(),
+                            value: ValueMatch::Exact("1".into()),
+                        }],
+                    ),
+                    1,
+                ),
+                (
+                    rule(
+                        "v2",
+                        vec![Condition::Query {
+                            name: "version".into(),
+                            value: ValueMatch::Regex(Pattern(regex::Regex::new("^2").unwrap())),
+                        }],
+                    ),
+                    2,
+                ),
+                (
+                    rule(
+                        "debug",
+                        vec![Condition::Query {
+                            name: "debug".into(),
+                            value: ValueMatch::Any,
+                        }],
+                    ),
+                    3,
+                ),
+            ],
+            0,
+        );
+        let client: IpAddr = "192.0.2.1".parse().unwrap();
+        let t = |u: &str, h: &[(&str, &str)]| *r.route(&parts("GET", u, h), client).0;
+        assert_eq!(t("/", &[("cookie", "theme=dark; beta=1")]), 1);
+        assert_eq!(t("/", &[("cookie", "beta=\"1\"")]), 1);
+        assert_eq!(t("/", &[("cookie", "beta=10")]), 0);
+        assert_eq!(t("/", &[("cookie", "a=1"), ("cookie", "beta=1")]), 1);
+        assert_eq!(t("/", &[("x-beta", "1")]), 0);
+        assert_eq!(t("/x?version=2.1", &[]), 2);
+        assert_eq!(t("/x?a=1&version=20&version=1", &[]), 2);
+        assert_eq!(t("/x?a=1&version=1&version=2", &[]), 0);
+        assert_eq!(t("/x?myversion=2", &[]), 0);
+        assert_eq!(t("/x?debug", &[]), 3);
+        assert_eq!(t("/x?debug=", &[]), 3);
+        assert_eq!(t("/x", &[]), 0);
+        assert_eq!(query_value("a=1&b=&c", "b"), Some(""));
+        assert_eq!(query_value("a=1&b=&c", "c"), Some(""));
+        assert_eq!(query_value("a=1=2", "a"), Some("1=2"));
+        assert_eq!(query_value("", "a"), None);
     }
 
     #[test]
