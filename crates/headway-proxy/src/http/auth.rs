@@ -29,6 +29,8 @@ const MAX_FIELD: usize = 4096;
 /// A rule's users and the credentials that passed lately.
 #[derive(Debug)]
 pub struct Authenticator {
+    /// What it was made from.
+    config: BasicAuth,
     users: HashMap<String, String>,
     /// A bcrypt hash of the same cost as the users', checked for names that are not users.
     dummy: String,
@@ -53,12 +55,18 @@ impl Authenticator {
         ))
         .unwrap_or_else(|_| HeaderValue::from_static("Basic realm=\"restricted\""));
         Authenticator {
+            config: auth.clone(),
             users,
             dummy,
             challenge,
             remembered: Mutex::new(HashMap::new()),
             checks: tokio::sync::Semaphore::new(CHECKS_AT_ONCE),
         }
+    }
+
+    /// What it was made from.
+    pub fn config(&self) -> &BasicAuth {
+        &self.config
     }
 
     /// The `WWW-Authenticate` value of a 401.

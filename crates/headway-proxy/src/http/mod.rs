@@ -108,6 +108,27 @@ struct RuleShared {
     unauthorized: crate::stats::Counter,
     /// Its rate limit's buckets (kept while the limit stays the same).
     limiter: parking_lot::Mutex<Option<Arc<rate_limit::RuleLimiter>>>,
+    /// Its users and the credentials that passed lately (kept while the users file and realm
+    /// read the same).
+    auth: parking_lot::Mutex<Option<Arc<auth::Authenticator>>>,
+}
+
+/// What `slot` holds for a rule of the new config, whose setting is `want`: kept when it was
+/// made from an equal setting (its state lasts across the reload), made anew otherwise, gone
+/// when the rule has none.
+fn kept_or_made<T, S: PartialEq>(
+    slot: &parking_lot::Mutex<Option<Arc<T>>>,
+    want: Option<&S>,
+    made_from: impl Fn(&T) -> &S,
+    make: impl Fn(&S) -> T,
+) -> Option<Arc<T>> {
+    let mut held = slot.lock();
+    match (want, held.as_deref()) {
+        (None, _) => *held = None,
+        (Some(want), Some(have)) if made_from(have) == want => {}
+        (Some(want), _) => *held = Some(Arc::new(make(want))),
+    }
+    held.clone()
 }
 
 /// A content-switching rule in one config generation.
@@ -115,8 +136,8 @@ struct RuleShared {
 struct RuleRuntime {
     shared: Arc<RuleShared>,
     limiter: Option<Arc<rate_limit::RuleLimiter>>,
-    /// Its users (read with this config generation).
-    auth: Option<auth::Authenticator>,
+    /// Its users.
+    auth: Option<Arc<auth::Authenticator>>,
 }
 
 /// A virtual server in one config generation (HTTP or TCP).
@@ -194,22 +215,24 @@ impl VsRuntime {
                 .rules()
                 .map(|(r, _)| {
                     let shared = kept.entry(r.name.clone()).or_default().clone();
-                    let limiter = {
-                        let mut l = shared.limiter.lock();
-                        // The buckets stay while the limit does; a new limit starts full.
-                        match (&r.rate_limit, l.as_ref()) {
-                            (None, _) => *l = None,
-                            (Some(want), Some(have)) if have.limit() == want => {}
-                            (Some(want), _) => {
-                                *l = Some(Arc::new(rate_limit::RuleLimiter::new(want.clone())))
-                            }
-                        }
-                        l.clone()
-                    };
+                    // The buckets stay while the limit does (a new limit starts full), the
+                    // credentials that passed while the users do.
+                    let limiter = kept_or_made(
+                        &shared.limiter,
+                        r.rate_limit.as_ref(),
+                        rate_limit::RuleLimiter::limit,
+                        |l| rate_limit::RuleLimiter::new(l.clone()),
+                    );
+                    let auth = kept_or_made(
+                        &shared.auth,
+                        r.auth.as_ref(),
+                        auth::Authenticator::config,
+                        auth::Authenticator::new,
+                    );
                     RuleRuntime {
                         shared,
                         limiter,
-                        auth: r.auth.as_ref().map(auth::Authenticator::new),
+                        auth,
                     }
                 })
                 .collect();
@@ -2057,4 +2080,26 @@ async fn send_body(
             .map_err(|_| BodyError::Server)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rules_state_is_kept_while_its_setting_reads_the_same() {
+        let slot = parking_lot::Mutex::new(None);
+        let made = std::sync::atomic::AtomicU32::new(0);
+        let make = |s: &u32| {
+            made.fetch_add(1, Relaxed);
+            (*s, made.load(Relaxed))
+        };
+        let first = kept_or_made(&slot, Some(&5), |t: &(u32, u32)| &t.0, make).unwrap();
+        let again = kept_or_made(&slot, Some(&5), |t: &(u32, u32)| &t.0, make).unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        let other = kept_or_made(&slot, Some(&6), |t: &(u32, u32)| &t.0, make).unwrap();
+        assert_eq!(*other, (6, 2));
+        assert!(kept_or_made(&slot, None, |t: &(u32, u32)| &t.0, make).is_none());
+        assert!(slot.lock().is_none());
+    }
 }
