@@ -393,12 +393,29 @@ pub struct HeaderRules {
     pub set: Vec<(String, HeaderValueTemplate)>,
     /// Headers to add (names lower case).
     pub add: Vec<(String, HeaderValueTemplate)>,
+    /// Values to rewrite: the first match of the pattern in each value of the (lower-case)
+    /// name replaced.
+    pub replace: Vec<HeaderReplace>,
+}
+
+/// One value rewrite of a header rule set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderReplace {
+    /// The header's name, lower case.
+    pub name: String,
+    /// Matched against each value.
+    pub from: Pattern,
+    /// The replacement (`regex`'s syntax).
+    pub to: String,
 }
 
 impl HeaderRules {
     /// Whether there is nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.remove.is_empty() && self.set.is_empty() && self.add.is_empty()
+        self.remove.is_empty()
+            && self.set.is_empty()
+            && self.add.is_empty()
+            && self.replace.is_empty()
     }
 }
 
@@ -527,6 +544,8 @@ pub enum ValueMatch {
 /// A compiled regular expression; equal when written the same.
 #[derive(Clone)]
 pub struct Pattern(pub regex::Regex);
+
+impl Eq for Pattern {}
 
 impl PartialEq for Pattern {
     fn eq(&self, other: &Self) -> bool {
@@ -1801,6 +1820,24 @@ fn header_rules(
             into.push((n.to_ascii_lowercase(), template));
         }
     }
+    for r in &s.replace {
+        let r = r.get_ref();
+        if !is_token(r.name.get_ref()) {
+            return Err(bad_name(r.name.get_ref(), r.name.span()));
+        }
+        let from = pattern(&r.from, "replace", origin)?;
+        if !is_header_value(r.to.get_ref()) {
+            return Err(invalid(
+                origin.locate(Some(r.to.span())),
+                "replace `to` must be visible ASCII without leading or trailing spaces".into(),
+            ));
+        }
+        out.replace.push(HeaderReplace {
+            name: r.name.get_ref().to_ascii_lowercase(),
+            from,
+            to: r.to.get_ref().clone(),
+        });
+    }
     // Hop-by-hop and framing headers are the proxy's to manage, never a rule's.
     for n in out
         .set
@@ -1808,6 +1845,7 @@ fn header_rules(
         .chain(&out.add)
         .map(|(n, _)| n.as_str())
         .chain(out.remove.iter().map(String::as_str))
+        .chain(out.replace.iter().map(|r| r.name.as_str()))
     {
         if matches!(
             n,

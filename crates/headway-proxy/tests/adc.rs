@@ -915,6 +915,48 @@ async fn a_rules_path_rewrite_reaches_the_server_and_the_log_keeps_the_original(
     assert_eq!(lines[0]["uri"], "/api/echo?x=1&y=2");
 }
 
+/// A server behind a path rewrite that redirects to its own address: `replace` on the
+/// response headers puts the client's view back in `Location`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_redirects_are_rewritten_for_the_client() {
+    // Answers every request with a redirect naming itself.
+    let (app, _) = raw_server(|mut s, _| async move {
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf).await;
+        let me = s.local_addr().unwrap();
+        let answer = format!(
+            "HTTP/1.1 302 Found\r\nLocation: http://{me}/login?next=%2F\r\nContent-Length: 0\r\n\
+             Connection: close\r\n\r\n"
+        );
+        let _ = s.write_all(answer.as_bytes()).await;
+    })
+    .await;
+    let from = format!("^http://{}/", regex_escape(&app.to_string()));
+    let text = format!(
+        "{}{}",
+        group("g", "pool_max_idle = 0", &[(app, "")]),
+        vs(
+            "g",
+            &format!(
+                "[[virtual_server.rule]]\npath_prefix = \"/api/\"\ngroup = \"g\"\n\
+                 path_rewrite = {{ from = \"^/api(/.*)$\", to = \"$1\" }}\n\
+                 [virtual_server.response_headers]\n\
+                 replace = [{{ name = \"Location\", from = \"{from}\", to = \"/api/\" }}]\n"
+            )
+        ),
+    );
+    let (_p, addr) = proxy(&text).await;
+    let a = get(&client(), addr, "/api/account").await;
+    assert_eq!(a.status, 302);
+    assert_eq!(a.headers["location"], "/api/login?next=%2F");
+}
+
+/// `s` with the characters a regular expression treats specially escaped (dots, here),
+/// written as a TOML basic string holds it.
+fn regex_escape(s: &str) -> String {
+    s.replace('.', "\\\\.")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarding_headers_and_header_rules_reach_the_server() {
     let o = Origin::start("o", Duration::ZERO).await;

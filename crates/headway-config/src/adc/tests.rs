@@ -1136,3 +1136,40 @@ fn rules_and_cache_policies_may_match_cookies_and_query_parameters() {
         if name == "session")
     );
 }
+
+#[test]
+fn header_rules_may_rewrite_values() {
+    let c = parse(&format!(
+        "{GROUP}{VS}[virtual_server.response_headers]\n\
+         replace = [{{ name = \"Location\", from = \"^http://app:8080/\", to = \"/api/\" }}]\n"
+    ));
+    let r = &c.adc.virtual_servers[0].response_headers.replace[0];
+    assert_eq!((r.name.as_str(), r.to.as_str()), ("location", "/api/"));
+    assert_eq!(r.from.0.as_str(), "^http://app:8080/");
+    for (entry, says) in [
+        (
+            "{ name = \"Loc ation\", from = \"a\", to = \"b\" }",
+            "is not a header name",
+        ),
+        (
+            "{ name = \"Location\", from = \"(\", to = \"b\" }",
+            "not a valid regular expression",
+        ),
+        (
+            "{ name = \"Location\", from = \"a\", to = \" b\" }",
+            "replace `to` must be visible",
+        ),
+        (
+            "{ name = \"Content-Length\", from = \"1\", to = \"2\" }",
+            "managed by the proxy",
+        ),
+        (
+            "{ name = \"Location\", from = \"a\" }",
+            "missing field `to`",
+        ),
+    ] {
+        let text = format!("{GROUP}{VS}[virtual_server.request_headers]\nreplace = [{entry}]\n");
+        let e = Config::parse(&text, "adc.toml").unwrap_err().to_string();
+        assert!(e.contains(says), "{entry}: {e}");
+    }
+}

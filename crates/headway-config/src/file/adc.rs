@@ -550,6 +550,26 @@ pub struct HeaderRulesSection {
     /// Default: none.
     #[serde(default)]
     pub add: BTreeMap<String, Spanned<String>>,
+    /// Values to rewrite: in every field named `name`, the first match of `from` (a regular
+    /// expression, Rust `regex`) is replaced by `to` (`$1`, `${name}` for captured groups).
+    /// The redirects of a server behind a `path_rewrite`, or one that names itself:
+    /// `replace = [{ name = "Location", from = "^http://app1\\.internal:8080/", to =
+    /// "https://www.example.com/api/" }]`. Applied after `remove` and before `set` and `add`; a
+    /// value that would hold characters a header cannot is left as it was. Default: none.
+    #[serde(default)]
+    pub replace: Vec<Spanned<HeaderReplaceSection>>,
+}
+
+/// One value rewrite of `request_headers` / `response_headers` (`replace`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderReplaceSection {
+    /// The header's name. Required.
+    pub name: Spanned<String>,
+    /// The regular expression matched against each of its values. Required.
+    pub from: Spanned<String>,
+    /// The replacement. Required.
+    pub to: Spanned<String>,
 }
 
 /// `[[virtual_server.rule]]`: requests matching every condition given go to `group`, or are

@@ -287,6 +287,7 @@ pub struct Rules {
     remove: Vec<HeaderName>,
     set: Vec<(HeaderName, Value)>,
     add: Vec<(HeaderName, Value)>,
+    replace: Vec<(HeaderName, headway_config::adc::Pattern, String)>,
 }
 
 impl Rules {
@@ -298,18 +299,39 @@ impl Rules {
             remove: r.remove.iter().filter_map(|n| name(n)).collect(),
             set: r.set.iter().filter_map(pair).collect(),
             add: r.add.iter().filter_map(pair).collect(),
+            replace: r
+                .replace
+                .iter()
+                .filter_map(|x| Some((name(&x.name)?, x.from.clone(), x.to.clone())))
+                .collect(),
         }
     }
 
     /// Whether there is nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.remove.is_empty() && self.set.is_empty() && self.add.is_empty()
+        self.remove.is_empty()
+            && self.set.is_empty()
+            && self.add.is_empty()
+            && self.replace.is_empty()
     }
 
-    /// Removes, then sets, then adds, filling values from `facts`.
+    /// Removes, then rewrites, then sets, then adds, filling values from `facts`.
     pub fn apply(&self, headers: &mut HeaderMap, facts: &Facts<'_>) {
         for n in &self.remove {
             headers.remove(n);
+        }
+        for (n, from, to) in &self.replace {
+            let http::header::Entry::Occupied(mut values) = headers.entry(n) else {
+                continue;
+            };
+            for v in values.iter_mut() {
+                let Ok(text) = v.to_str() else { continue };
+                if let std::borrow::Cow::Owned(out) = from.0.replace(text, to.as_str()) {
+                    if let Ok(out) = HeaderValue::from_str(&out) {
+                        *v = out;
+                    }
+                }
+            }
         }
         for (n, v) in &self.set {
             if let Some(v) = v.get(facts) {
@@ -576,12 +598,49 @@ mod tests {
             remove: vec!["server".into()],
             set: vec![("x-env".into(), template("lab"))],
             add: vec![("x-tag".into(), template("b"))],
+            replace: Vec::new(),
         });
         let mut h = map(&[("server", "x"), ("x-env", "prod"), ("x-tag", "a")]);
         r.apply(&mut h, &facts(None));
         assert!(!h.contains_key("server"));
         assert_eq!(h["x-env"], "lab");
         assert_eq!(h.get_all("x-tag").iter().count(), 2);
+    }
+
+    #[test]
+    fn replace_rewrites_every_value_of_its_header_and_leaves_bad_results_alone() {
+        let rewrite = |name: &str, from: &str, to: &str| headway_config::adc::HeaderReplace {
+            name: name.into(),
+            from: headway_config::adc::Pattern(regex::Regex::new(from).unwrap()),
+            to: to.into(),
+        };
+        let r = Rules::new(&HeaderRules {
+            remove: Vec::new(),
+            set: Vec::new(),
+            add: Vec::new(),
+            replace: vec![
+                rewrite("location", "^http://app:8080/", "https://www.example/api/"),
+                rewrite("x-multi", "a(\\d)", "b$1"),
+                rewrite("x-bad", "x", "\n"),
+            ],
+        });
+        assert!(!r.is_empty());
+        let mut h = map(&[
+            ("location", "http://app:8080/login?next=/"),
+            ("x-multi", "a1 a2"),
+            ("x-bad", "x"),
+        ]);
+        h.append("x-multi", HeaderValue::from_static("a3"));
+        r.apply(&mut h, &facts(None));
+        assert_eq!(h["location"], "https://www.example/api/login?next=/");
+        let multi: Vec<_> = h.get_all("x-multi").iter().collect();
+        // The first match of each value.
+        assert_eq!(multi, ["b1 a2", "b3"]);
+        assert_eq!(h["x-bad"], "x");
+        // No such header: nothing added.
+        let mut h = map(&[]);
+        r.apply(&mut h, &facts(None));
+        assert!(h.is_empty());
     }
 
     #[test]
@@ -596,6 +655,7 @@ mod tests {
                 ),
             ],
             add: Vec::new(),
+            replace: Vec::new(),
         });
         let id = HeaderValue::from_static("0af3");
         let mut h = map(&[("x-real-ip", "203.0.113.1")]);
