@@ -71,7 +71,8 @@ async fn a_mirror_that_never_answers_costs_the_clients_nothing_and_is_bounded() 
         group("live", "", &[(live.addr, "")]),
         group(
             "next",
-            "response_timeout = \"1s\"\nmax_fails = 0",
+            // Long enough that no copy gives up while the 70 requests are made.
+            "response_timeout = \"5s\"\nmax_fails = 0",
             &[(silent, "")]
         ),
         vs("live", "mirror = \"next\""),
