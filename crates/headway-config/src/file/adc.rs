@@ -560,7 +560,8 @@ pub struct HeaderRulesSection {
     pub replace: Vec<Spanned<HeaderReplaceSection>>,
 }
 
-/// One value rewrite of `request_headers` / `response_headers` (`replace`).
+/// `[[virtual_server.response_headers.replace]]` (and `request_headers`): one value rewrite,
+/// written inline in the `replace` list.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HeaderReplaceSection {
@@ -652,8 +653,9 @@ pub struct RuleSection {
 /// (`adc_rule_unauthorized_total`, `headway ctl adc`); with them, the rule's action follows
 /// and the `Authorization` field goes on to the server as it came. Passwords are checked
 /// against bcrypt hashes off the event loop, at most two at once; a user name and password
-/// that passed are remembered (as a keyed hash, never in clear) for 10 minutes, so a browser's
-/// every request does not cost a bcrypt check. Basic authentication sends the password with
+/// that passed are remembered (as a digest, never in clear) for 10 minutes, also across
+/// reloads that leave the users file and realm as they were, so a browser's every request
+/// does not cost a bcrypt check. Basic authentication sends the password with
 /// every request: use it on `https` virtual servers. The file is read again on every reload.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
