@@ -191,38 +191,33 @@ impl Collector for AdcCollector {
                 s.virtual_servers.iter().map(|v| (vs(v), f(v))).collect();
             counters(&mut enc, name, help, &values)?;
         }
-        let mut rule_hits = Vec::new();
-        let mut rule_limited = Vec::new();
-        let mut rule_unauthorized = Vec::new();
-        for v in &s.virtual_servers {
-            for ((rule, _), n) in v.rules.iter().zip(&v.rule_unauthorized) {
-                rule_unauthorized.push((with(vs(v), "rule", rule), *n));
+        type RuleField = fn(&VirtualServerSnapshot) -> &[u64];
+        let rule_counters: [(&str, &str, RuleField); 3] = [
+            (
+                "adc_rule_hits",
+                "Requests a content-switching rule matched",
+                |v| &v.rule_hits,
+            ),
+            (
+                "adc_rule_limited",
+                "Requests a rule's rate limit refused with 429",
+                |v| &v.rule_limited,
+            ),
+            (
+                "adc_rule_unauthorized",
+                "Requests a rule's basic authentication refused with 401",
+                |v| &v.rule_unauthorized,
+            ),
+        ];
+        for (name, help, f) in rule_counters {
+            let mut values = Vec::new();
+            for v in &s.virtual_servers {
+                for ((rule, _), n) in v.rules.iter().zip(f(v)) {
+                    values.push((with(vs(v), "rule", rule), *n));
+                }
             }
-            for ((rule, _), n) in v.rules.iter().zip(&v.rule_hits) {
-                rule_hits.push((with(vs(v), "rule", rule), *n));
-            }
-            for ((rule, _), n) in v.rules.iter().zip(&v.rule_limited) {
-                rule_limited.push((with(vs(v), "rule", rule), *n));
-            }
+            counters(&mut enc, name, help, &values)?;
         }
-        counters(
-            &mut enc,
-            "adc_rule_hits",
-            "Requests a content-switching rule matched",
-            &rule_hits,
-        )?;
-        counters(
-            &mut enc,
-            "adc_rule_limited",
-            "Requests a rule's rate limit refused with 429",
-            &rule_limited,
-        )?;
-        counters(
-            &mut enc,
-            "adc_rule_unauthorized",
-            "Requests a rule's basic authentication refused with 401",
-            &rule_unauthorized,
-        )?;
         // Shadow traffic, for the virtual servers with a mirror group.
         let mut mirror: [Vec<(Labels, u64)>; 4] = Default::default();
         for v in &s.virtual_servers {
@@ -870,22 +865,14 @@ pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
     // Requests refused by rules' rate limits and authentication, for the rules that refused
     // any.
     for v in &s.virtual_servers {
-        for ((rule, _), n) in v.rules.iter().zip(&v.rule_limited) {
-            if *n > 0 {
-                writeln!(
-                    out,
-                    "{} rule {rule}: {n} request(s) over its rate limit (429)",
-                    v.name
-                )?;
-            }
-        }
-        for ((rule, _), n) in v.rules.iter().zip(&v.rule_unauthorized) {
-            if *n > 0 {
-                writeln!(
-                    out,
-                    "{} rule {rule}: {n} request(s) without valid credentials (401)",
-                    v.name
-                )?;
+        for (counts, what) in [
+            (&v.rule_limited, "over its rate limit (429)"),
+            (&v.rule_unauthorized, "without valid credentials (401)"),
+        ] {
+            for ((rule, _), n) in v.rules.iter().zip(counts) {
+                if *n > 0 {
+                    writeln!(out, "{} rule {rule}: {n} request(s) {what}", v.name)?;
+                }
             }
         }
     }

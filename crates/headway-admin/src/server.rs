@@ -446,10 +446,13 @@ async fn adc_set_server(
     if let Err(r) = find_server(adc.as_ref(), &group, &server) {
         return *r;
     }
-    if let Some(w) = req.weight.filter(|w| *w > 1000) {
+    if let Some(w) = req.weight.filter(|w| *w > headway_config::adc::MAX_WEIGHT) {
         return error(
             StatusCode::BAD_REQUEST,
-            format!("weight {w} is out of range: use 0 to 1000"),
+            format!(
+                "weight {w} is out of range: use 0 to {}",
+                headway_config::adc::MAX_WEIGHT
+            ),
         );
     }
     let done = req

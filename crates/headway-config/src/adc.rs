@@ -1040,34 +1040,20 @@ fn hash_by(
     group: &str,
     origin: &Origin,
 ) -> Result<Option<String>, ConfigError> {
-    let wrong = |field: &Spanned<String>, what: &str| {
-        invalid(
-            origin.locate(Some(field.span())),
-            format!(
-                "group `{group}`: {what} is only for method = \"{}\": set that method, or \
-                 remove it",
-                if what == "hash_header" {
-                    "header-hash"
-                } else {
-                    "cookie-hash"
-                }
-            ),
-        )
-    };
     let at = g.method.as_ref().map(Spanned::span);
-    if let Some(h) = g
-        .hash_header
-        .as_ref()
-        .filter(|_| method != Method::HeaderHash)
-    {
-        return Err(wrong(h, "hash_header"));
-    }
-    if let Some(c) = g
-        .hash_cookie
-        .as_ref()
-        .filter(|_| method != Method::CookieHash)
-    {
-        return Err(wrong(c, "hash_cookie"));
+    for (field, key, own) in [
+        (&g.hash_header, "hash_header", Method::HeaderHash),
+        (&g.hash_cookie, "hash_cookie", Method::CookieHash),
+    ] {
+        if let Some(f) = field.as_ref().filter(|_| method != own) {
+            return Err(invalid(
+                origin.locate(Some(f.span())),
+                format!(
+                    "group `{group}`: {key} is only for method = \"{own}\": set that method, or \
+                     remove it"
+                ),
+            ));
+        }
     }
     let (given, example, what) = match method {
         Method::HeaderHash => (&g.hash_header, "hash_header = \"X-Tenant\"", "header"),

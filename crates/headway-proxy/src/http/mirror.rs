@@ -74,7 +74,7 @@ async fn send(
     };
     // Counted on the mirror, not on the virtual server.
     let answer = up.background();
-    let status = answer.status.as_u16();
+    let status = answer.up.head.status.as_u16();
     let mut body = answer.body();
     while let Some(frame) = body.frame().await {
         frame.ok()?;

@@ -1575,7 +1575,7 @@ async fn revalidate(conn: Arc<Conn>, vs: Arc<VsRuntime>, group: Arc<Group>, fetc
         }
     };
     let mut a = up.background();
-    let tee = match fetch.on_response(a.status, &mut a.headers) {
+    let tee = match fetch.on_response(a.up.head.status, &mut a.headers) {
         Reply::Pass(Some(tee)) => tee,
         Reply::Pass(None) | Reply::Serve(_) => {
             if !a.close && a.up.decoder.is_done() {
@@ -1599,12 +1599,11 @@ async fn revalidate(conn: Arc<Conn>, vs: Arc<VsRuntime>, group: Arc<Group>, fetc
 /// A server's answer read in the background (a revalidation, a mirrored copy), its head
 /// taken apart.
 struct Background {
-    status: StatusCode,
     /// Its fields, hop-by-hop ones removed.
     headers: http::HeaderMap,
     /// Whether the server connection ends after it.
     close: bool,
-    /// The rest of it (`head.headers` emptied).
+    /// The rest of it (its status in `head`, `head.headers` emptied).
     up: Upstream,
 }
 
@@ -1633,10 +1632,9 @@ impl Upstream {
         let mut headers = std::mem::take(&mut self.head.headers);
         let close =
             headers::strip_hop_by_hop(&mut headers) || self.head.version == Version::HTTP_10;
-        let status = self.head.status;
-        self.lease.server.counters.responses.record(status.as_u16());
+        let status = self.head.status.as_u16();
+        self.lease.server.counters.responses.record(status);
         Background {
-            status,
             headers,
             close,
             up: self,

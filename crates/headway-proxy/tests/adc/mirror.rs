@@ -63,7 +63,8 @@ async fn a_mirror_that_never_answers_costs_the_clients_nothing_and_is_bounded() 
         count.fetch_add(1, Ordering::SeqCst);
         let mut buf = [0u8; 4096];
         let _ = s.read(&mut buf).await;
-        tokio::time::sleep(Duration::from_secs(30)).await;
+        // Never answers: the connection is held until the test's runtime ends.
+        std::future::pending::<()>().await;
     })
     .await;
     let text = format!(
