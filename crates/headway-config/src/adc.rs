@@ -224,6 +224,18 @@ pub struct ServerGroup {
     pub dns_refresh: Duration,
     /// Which family of a name's addresses is used when it has both.
     pub dns_prefer: DnsPrefer,
+    /// The HTTP version spoken to the servers.
+    pub protocol: UpstreamProtocol,
+}
+
+/// The HTTP version a server group's servers are spoken to in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1: one request at a time on each pooled connection.
+    #[default]
+    Http1,
+    /// HTTP/2: one connection per server and worker, each request a stream of it (gRPC).
+    Http2,
 }
 
 /// A PROXY protocol version (HAProxy's).
@@ -1170,6 +1182,32 @@ fn group(
             }
         },
     };
+    let protocol = match &g.protocol {
+        None => UpstreamProtocol::default(),
+        Some(p) => match p.get_ref().as_str() {
+            "http1" | "http/1.1" => UpstreamProtocol::Http1,
+            "h2" | "http2" => UpstreamProtocol::Http2,
+            other => {
+                return Err(invalid(
+                    origin.locate(Some(p.span())),
+                    format!(
+                        "group `{name}`: unknown protocol `{other}`: use \"http1\" (HTTP/1.1) \
+                         or \"h2\" (HTTP/2, for gRPC and other servers that need it)"
+                    ),
+                ))
+            }
+        },
+    };
+    if let (UpstreamProtocol::Http2, Some(pp)) = (protocol, &g.send_proxy_protocol) {
+        return Err(invalid(
+            origin.locate(Some(pp.span())),
+            format!(
+                "group `{name}`: send_proxy_protocol cannot be used with protocol = \"h2\" \
+                 (an HTTP/2 connection carries many clients' requests, a PROXY header names \
+                 one): remove one of them"
+            ),
+        ));
+    }
     let retry_on = match &g.retry_on {
         None => Vec::new(),
         Some(list) => statuses(
@@ -1252,6 +1290,7 @@ fn group(
         slow_start: dur(&g.slow_start, Duration::ZERO),
         dns_refresh: dur(&g.dns_refresh, Duration::from_secs(30)),
         dns_prefer,
+        protocol,
     })
 }
 

@@ -1,4 +1,4 @@
-//! `headway origin`: a small, fast HTTP/1.1 origin server with a deterministic corpus, for
+//! `headway origin`: a small, fast HTTP/1.1 and HTTP/2 (cleartext, prior knowledge) origin server with a deterministic corpus, for
 //! Headway's lab, tests and benchmarks, and the fetch client the lab measures downloads with.
 //!
 //! # What it owns
@@ -6,13 +6,12 @@
 //! - [`corpus`]: the pure, deterministic document generator (`(kind, size, seed)` → bytes) and
 //!   the named seed documents of scenario 000;
 //! - [`route`]: the URL scheme and `Range` parsing (pure);
-//! - [`server`]: the hyper 1 HTTP/1.1 server (keep-alive, pipelining, streamed bodies with a
+//! - [`server`]: the hyper 1 HTTP/1.1 and h2c server (keep-alive, pipelining, streamed bodies with a
 //!   `Content-Length` always set, graceful shutdown), and a WebSocket echo endpoint;
 //! - [`client`]: [`fetch`], one GET with the body hashed as it streams;
 //! - [`cli`]: [`OriginArgs`] and [`run`], the blocking entry point of `headway origin`.
 //!
-//! It does not do TLS, HTTP/2, compression or request bodies: Headway's ADC in front of it does
-//! the interesting parts.
+//! It does not do TLS or compression: Headway's ADC in front of it does the interesting parts.
 //!
 //! # URL scheme
 //!
@@ -22,7 +21,8 @@
 //! | `GET /corpus/{pdf\|doc\|random\|html}/{size}` | the document of that kind, `size` (`12MB`, `64KiB`, `128B`, `1500`; parsed as a [`headway_core::ByteSize`]) and seed |
 //! | `GET /files/{name}` | a named seed document ([`corpus::FILES`]: `pdf_small` 1.24 MB … `doc_large` 12.14 MB) |
 //! | `GET /healthz` | 200 `ok` |
-//! | `/echo` (any method) | a JSON object with the request's method, target, headers and body length (after the server's latency) |
+//! | `/echo` (any method) | a JSON object with the request's HTTP version, method, target, headers and body length (after the server's latency) |
+//! | `/trailers` (any method) | the request body back, then trailers (`grpc-status: 0`, `grpc-message`, `x-body-bytes`, the request's trailers as `x-echo-…`): a gRPC unary call's shape |
 //! | `GET /dynamic` | a page made per request (its number and time in the body; `?latency=`, `?max_age=`, `?swr=`, `?sie=`, `?etag=`, `?set_cookie=1`, `?vary=`, `?size=`, `?status=`), within [`OriginConfig::dynamic_concurrency`] — see [`server`] |
 //! | `GET /ws/echo` | a WebSocket that sends every message back (`Upgrade: websocket`; other requests get 426) |
 //! | `GET /status/{code}` | that status (200–599) with a short body |

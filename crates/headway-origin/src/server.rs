@@ -27,7 +27,7 @@ use bytes::Bytes;
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -222,14 +222,19 @@ async fn connection(
         let state = state.clone();
         async move { Ok::<_, std::convert::Infallible>(respond(&state, req).await) }
     });
-    let conn = hyper::server::conn::http1::Builder::new()
-        .keep_alive(true)
-        // Not `pipeline_flush(true)`: with it, hyper 1.12 drops its automatic 400 for a
-        // malformed request (the connection closes before the flush). Pipelining still works;
-        // each response is flushed on its own.
-        .serve_connection(TokioIo::new(stream), service)
-        // `/ws/echo` takes the connection over after its 101.
-        .with_upgrades();
+    // HTTP/1.1, and HTTP/2 with prior knowledge (h2c: the client's preface tells them apart),
+    // as an application server behind an ADC speaks either.
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // Not `pipeline_flush(true)`: with it, hyper 1.12 drops its automatic 400 for a malformed
+    // request (the connection closes before the flush). Pipelining still works; each response
+    // is flushed on its own.
+    builder.http1().keep_alive(true);
+    builder
+        .http2()
+        .initial_stream_window_size(1 << 20)
+        .initial_connection_window_size(8 << 20);
+    // `/ws/echo` takes the connection over after its 101.
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
     tokio::pin!(conn);
     let result = tokio::select! {
         r = conn.as_mut() => r,
@@ -252,6 +257,8 @@ async fn respond(state: &Arc<State>, req: Request<Incoming>) -> Response<Body> {
         websocket(req)
     } else if req.uri().path() == "/dynamic" {
         dynamic(state, req).await
+    } else if req.uri().path() == "/trailers" {
+        trailers(req).await
     } else {
         route(state, req).await
     };
@@ -325,6 +332,7 @@ async fn echo(state: &Arc<State>, req: Request<Incoming>) -> Response<Body> {
     }
     let v = serde_json::json!({
         "server": state.cfg.name,
+        "version": format!("{:?}", parts.version),
         "method": parts.method.as_str(),
         "target": parts.uri.to_string(),
         "headers": headers,
@@ -332,6 +340,41 @@ async fn echo(state: &Arc<State>, req: Request<Incoming>) -> Response<Body> {
     });
     let mut r = text(StatusCode::OK, &format!("{v}\n"));
     set(&mut r, header::CONTENT_TYPE, "application/json");
+    r
+}
+
+/// `/trailers`, any method: the request body back, then trailers — `grpc-status: 0`,
+/// `grpc-message: OK` and `x-body-bytes` (the body's length), and the request's own trailers
+/// with `x-echo-` before their names — as a gRPC unary call answers (its status travels in
+/// trailers). Over HTTP/2, or HTTP/1.1 chunked to a client that sent `TE: trailers`.
+async fn trailers(req: Request<Incoming>) -> Response<Body> {
+    use http_body_util::BodyExt as _;
+    let collected = match http_body_util::Limited::new(req.into_body(), ECHO_BODY_LIMIT)
+        .collect()
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                &format!("cannot read the body: {e}\n"),
+            )
+        }
+    };
+    let mut t = hyper::HeaderMap::new();
+    if let Some(theirs) = collected.trailers() {
+        for (name, value) in theirs {
+            if let Ok(n) = header::HeaderName::from_bytes(format!("x-echo-{name}").as_bytes()) {
+                t.append(n, value.clone());
+            }
+        }
+    }
+    let body = collected.to_bytes();
+    t.insert("grpc-status", HeaderValue::from_static("0"));
+    t.insert("grpc-message", HeaderValue::from_static("OK"));
+    t.insert("x-body-bytes", HeaderValue::from(body.len()));
+    let mut r = Response::new(Body::Trailed(Some(body), Some(t)));
+    set(&mut r, header::CONTENT_TYPE, "application/grpc");
     r
 }
 
@@ -633,6 +676,8 @@ pub(crate) enum Body {
     Full(Option<Bytes>),
     /// A byte range of a document, streamed from the period cache.
     Document(DocumentBody),
+    /// One buffer, then trailers (`/trailers`).
+    Trailed(Option<Bytes>, Option<hyper::HeaderMap>),
 }
 
 impl Body {
@@ -702,6 +747,10 @@ impl HttpBody for Body {
             Body::Empty => None,
             Body::Full(b) => b.take(),
             Body::Document(d) => d.chunk(),
+            Body::Trailed(b, t) => match b.take() {
+                Some(b) => Some(b),
+                None => return Poll::Ready(t.take().map(|t| Ok(Frame::trailers(t)))),
+            },
         };
         Poll::Ready(chunk.map(|b| Ok(Frame::data(b))))
     }
@@ -711,6 +760,7 @@ impl HttpBody for Body {
             Body::Empty => true,
             Body::Full(b) => b.is_none(),
             Body::Document(d) => d.next >= d.end,
+            Body::Trailed(b, t) => b.is_none() && t.is_none(),
         }
     }
 
@@ -719,6 +769,11 @@ impl HttpBody for Body {
             Body::Empty => SizeHint::with_exact(0),
             Body::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             Body::Document(d) => SizeHint::with_exact(d.end - d.next),
+            Body::Trailed(b, _) => {
+                let mut h = SizeHint::new();
+                h.set_lower(b.as_ref().map_or(0, |b| b.len() as u64));
+                h
+            }
         }
     }
 }

@@ -18,7 +18,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use headway_config::adc::{HttpMonitor, Monitor, MonitorKind, TcpCheck, TCP_EXPECT_WINDOW};
+use headway_config::adc::{
+    HttpMonitor, Monitor, MonitorKind, ServerGroup, TcpCheck, UpstreamProtocol, TCP_EXPECT_WINDOW,
+};
 use headway_lb::health::Health;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::rt::TokioIo;
@@ -31,16 +33,20 @@ use crate::tls::Connector;
 /// Most body bytes an HTTP check reads.
 const BODY_LIMIT: usize = 64 * 1024;
 
-/// Starts the monitor of one server; it runs until `stop` changes or is dropped.
+/// Starts the monitor of one server of `group`; it runs until `stop` changes or is dropped.
+/// Its checks start with the PROXY header if the group's servers get one, and an HTTP check
+/// speaks the group's protocol (HTTP/1.1, or HTTP/2 to an `h2` group's servers).
 pub fn spawn(
     monitor: Monitor,
-    group: String,
+    group: &ServerGroup,
     server: String,
     state: Arc<ServerState>,
     tls: Option<Arc<Connector>>,
-    proxy: Option<crate::proxy_protocol::Version>,
     mut stop: watch::Receiver<()>,
 ) {
+    let proxy = group.send_proxy_protocol;
+    let h2 = group.protocol == UpstreamProtocol::Http2;
+    let group = group.name.clone();
     // The server's address, or its health port.
     let checked = match monitor.port {
         Some(port) => SocketAddr::new(state.address.ip(), port),
@@ -52,6 +58,7 @@ pub fn spawn(
             host: state.host.as_deref(),
             tls: tls.as_deref(),
             proxy,
+            h2,
         };
         loop {
             let result = tokio::time::timeout(monitor.timeout, check(&monitor.kind, &target)).await;
@@ -91,6 +98,8 @@ struct Target<'a> {
     tls: Option<&'a Connector>,
     /// The PROXY header each check starts with.
     proxy: Option<crate::proxy_protocol::Version>,
+    /// Whether HTTP checks are HTTP/2 (prior knowledge, or ALPN over TLS).
+    h2: bool,
 }
 
 /// One check; `Err` says why it failed.
@@ -163,10 +172,6 @@ async fn http_check<S>(h: &HttpMonitor, t: &Target<'_>, stream: S) -> Result<(),
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| format!("handshake: {e}"))?;
-    let conn = tokio::spawn(conn);
     // The monitor's Host, else the server's name or address with the port checked.
     let host = match (&h.host, t.host) {
         (Some(h), _) => h.clone(),
@@ -175,16 +180,38 @@ where
     };
     let req = http::Request::builder()
         .method(h.method.as_str())
-        .uri(h.path.as_str())
-        .header(http::header::HOST, host)
-        .header(http::header::USER_AGENT, "headway-monitor")
-        .header(http::header::CONNECTION, "close")
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| format!("request: {e}"))?;
-    let resp = sender
-        .send_request(req)
+        .header(http::header::USER_AGENT, "headway-monitor");
+    let (resp, conn) = if t.h2 {
+        // HTTP/2: the Host is the authority of an absolute target.
+        let scheme = if t.tls.is_some() { "https" } else { "http" };
+        let req = req
+            .uri(format!("{scheme}://{host}{}", h.path))
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| format!("request: {e}"))?;
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            TokioIo::new(stream),
+        )
         .await
-        .map_err(|e| format!("request: {e}"))?;
+        .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+        let conn = tokio::spawn(conn);
+        let resp = sender.send_request(req).await;
+        (resp, conn)
+    } else {
+        let req = req
+            .uri(h.path.as_str())
+            .header(http::header::HOST, host)
+            .header(http::header::CONNECTION, "close")
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| format!("request: {e}"))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
+        let conn = tokio::spawn(conn);
+        let resp = sender.send_request(req).await;
+        (resp, conn)
+    };
+    let resp = resp.map_err(|e| format!("request: {e}"))?;
     let status = resp.status().as_u16();
     let body = if h.expect.body_contains.is_some() {
         match Limited::new(resp.into_body(), BODY_LIMIT).collect().await {

@@ -760,11 +760,10 @@ impl Proxy {
             for member in &g.members {
                 crate::health::spawn(
                     m.clone(),
-                    g.config.name.clone(),
+                    &g.config,
                     member.name.clone(),
                     member.state.clone(),
                     connectors.get(g.config.name.as_str()).cloned(),
-                    g.config.send_proxy_protocol,
                     stop.clone(),
                 );
             }

@@ -25,6 +25,9 @@
 //! connection is reused only for that same client connection's later requests ([`Conn`]
 //! remembers whom it names), never for another client's.
 //!
+//! A group with `protocol = "h2"` speaks HTTP/2 to its servers instead: one connection per
+//! server and worker carries every request as a stream ([`h2`], [`Pool::h2_sender`]).
+//!
 //! Cancel safety: [`Pool::checkout`] may be dropped at any await point; a connection it had
 //! taken is then closed, never returned half-used.
 
@@ -40,6 +43,8 @@ use tokio::net::TcpStream;
 use crate::stats::ServerCounters;
 use crate::tls::{Connector, ServerStream};
 use crate::workers::CacheLine;
+
+pub mod h2;
 
 /// Initial read buffer of a connection.
 const READ_BUF: usize = 16 * 1024;
@@ -106,6 +111,8 @@ pub struct Pool {
     host: Option<String>,
     max_idle: AtomicUsize,
     idle_timeout_ms: AtomicU64,
+    /// The HTTP/2 connections, for a group that speaks it.
+    h2: h2::Slots,
 }
 
 impl std::fmt::Debug for Pool {
@@ -129,6 +136,7 @@ impl Pool {
             host: None,
             max_idle: AtomicUsize::new(max_idle),
             idle_timeout_ms: AtomicU64::new(idle_timeout.as_millis() as u64),
+            h2: h2::Slots::new(workers),
         }
     }
 
@@ -167,16 +175,19 @@ impl Pool {
         }
     }
 
-    /// Idle connections now.
+    /// Idle connections now (HTTP/2 connections, which are shared rather than idle, count
+    /// as idle).
     pub fn idle_len(&self) -> usize {
-        self.idle.iter().map(|l| l.0.lock().len()).sum()
+        self.idle.iter().map(|l| l.0.lock().len()).sum::<usize>() + self.h2.len()
     }
 
-    /// Closes every idle connection (the server was removed, disabled or went down).
+    /// Closes every idle connection (the server was removed, disabled or went down) and
+    /// forgets the HTTP/2 ones (their streams in flight finish).
     pub fn clear(&self) {
         for list in &self.idle {
             list.0.lock().clear();
         }
+        self.h2.clear();
     }
 
     /// A connection to `addr`: a pooled one if any is alive, else a new one. With `proxy`, only

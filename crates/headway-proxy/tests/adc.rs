@@ -82,6 +82,10 @@ mod rate_limit;
 #[path = "adc/body_limit.rs"]
 mod body_limit;
 
+/// Groups that speak HTTP/2 to their servers (gRPC's trailers).
+#[path = "adc/h2_upstream.rs"]
+mod h2_upstream;
+
 /// Reading one HTTP/1 answer off a client connection.
 #[path = "common/answer.rs"]
 mod answer;

@@ -1173,3 +1173,40 @@ fn header_rules_may_rewrite_values() {
         assert!(e.contains(says), "{entry}: {e}");
     }
 }
+
+#[test]
+fn a_group_speaks_http1_or_h2_to_its_servers() {
+    let with = |line: &str| {
+        format!(
+            "{}{VS}",
+            GROUP.replace("name = \"web\"\n", &format!("name = \"web\"\n{line}\n"))
+        )
+    };
+    assert_eq!(
+        parse(&format!("{GROUP}{VS}")).adc.groups[0].protocol,
+        UpstreamProtocol::Http1
+    );
+    assert_eq!(
+        parse(&with("protocol = \"http1\"")).adc.groups[0].protocol,
+        UpstreamProtocol::Http1
+    );
+    assert_eq!(
+        parse(&with("protocol = \"h2\"")).adc.groups[0].protocol,
+        UpstreamProtocol::Http2
+    );
+    assert_err(
+        &with("protocol = \"spdy\""),
+        3,
+        12,
+        &["unknown protocol `spdy`", "use \"http1\"", "\"h2\""],
+    );
+    assert_err(
+        &with("protocol = \"h2\"\nsend_proxy_protocol = \"v1\""),
+        4,
+        23,
+        &[
+            "send_proxy_protocol cannot be used with protocol = \"h2\"",
+            "remove one",
+        ],
+    );
+}

@@ -75,6 +75,154 @@ impl Body for ReqBody {
     }
 }
 
+/// Why a request body did not reach an HTTP/2 server whole (see [`H2Body`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum H2BodyError {
+    /// The client's body was cut short or malformed.
+    Client = 1,
+    /// It is larger than the virtual server's `max_body_bytes`.
+    TooLarge = 2,
+}
+
+/// A client's request body on its way to an HTTP/2 server: its frames (trailers included) as
+/// the client sends them, counted, and ended with an error past the virtual server's
+/// `max_body_bytes`. Why it ended early is left in its [`H2Body::fault`] cell for the request
+/// path, which only sees hyper's error for the stream.
+pub struct H2Body {
+    inner: ReqBody,
+    sent: u64,
+    max: Option<u64>,
+    counters: Option<(Arc<VirtualServerCounters>, Arc<crate::group::ServerState>)>,
+    fault: Arc<std::sync::atomic::AtomicU8>,
+}
+
+impl std::fmt::Debug for H2Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("H2Body").field("sent", &self.sent).finish()
+    }
+}
+
+impl H2Body {
+    /// `inner` on its way to a server, counted on `counters` (virtual server, server) and
+    /// limited to `max` bytes.
+    pub fn new(
+        inner: ReqBody,
+        max: Option<u64>,
+        counters: Option<(Arc<VirtualServerCounters>, Arc<crate::group::ServerState>)>,
+    ) -> Self {
+        H2Body {
+            inner,
+            sent: 0,
+            max,
+            counters,
+            fault: Arc::default(),
+        }
+    }
+
+    /// The cell that says why the body ended early, if it did.
+    pub fn fault_cell(&self) -> Arc<std::sync::atomic::AtomicU8> {
+        self.fault.clone()
+    }
+
+    /// Why a body whose `cell` this was ended early, if it did.
+    pub fn fault(cell: &std::sync::atomic::AtomicU8) -> Option<H2BodyError> {
+        match cell.load(std::sync::atomic::Ordering::Relaxed) {
+            1 => Some(H2BodyError::Client),
+            2 => Some(H2BodyError::TooLarge),
+            _ => None,
+        }
+    }
+
+    /// The client's body, none of it sent (a request given back unsent).
+    pub fn into_inner(self) -> ReqBody {
+        self.inner
+    }
+
+    fn failed(&self, e: H2BodyError) -> Poll<Option<Result<Frame<Bytes>, H2BodyError>>> {
+        self.fault
+            .store(e as u8, std::sync::atomic::Ordering::Relaxed);
+        Poll::Ready(Some(Err(e)))
+    }
+}
+
+impl std::fmt::Display for H2BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            H2BodyError::Client => "the client's request body was cut short or malformed",
+            H2BodyError::TooLarge => "the request body is larger than this virtual server takes",
+        })
+    }
+}
+
+impl std::error::Error for H2BodyError {}
+
+impl Body for H2Body {
+    type Data = Bytes;
+    type Error = H2BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, H2BodyError>>> {
+        let me = self.get_mut();
+        match ready!(Pin::new(&mut me.inner).poll_frame(cx)) {
+            None => Poll::Ready(None),
+            Some(Err(_)) => me.failed(H2BodyError::Client),
+            Some(Ok(f)) => {
+                if let Some(d) = f.data_ref() {
+                    let n = d.len() as u64;
+                    me.sent += n;
+                    if me.max.is_some_and(|max| me.sent > max) {
+                        return me.failed(H2BodyError::TooLarge);
+                    }
+                    if let Some((vs, server)) = &me.counters {
+                        vs.bytes_in.add(n);
+                        server.counters.bytes_out.add(n);
+                    }
+                }
+                Poll::Ready(Some(Ok(f)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Where a server's answer body comes from.
+#[derive(Debug)]
+pub enum Source {
+    /// An HTTP/1 connection, de-framed by the decoder; the connection goes back to its pool
+    /// at the end.
+    H1(Conn, Decoder),
+    /// A stream of an HTTP/2 connection (which stays with its worker's slot).
+    H2(hyper::body::Incoming),
+}
+
+impl Source {
+    /// The body's length, when the server said it.
+    pub fn remaining(&self) -> Option<u64> {
+        match self {
+            Source::H1(_, d) => d.remaining(),
+            Source::H2(b) => b.size_hint().exact(),
+        }
+    }
+
+    /// Whether the body has been read to its end (a bodiless answer).
+    pub fn is_done(&self) -> bool {
+        match self {
+            Source::H1(_, d) => d.is_done(),
+            Source::H2(b) => b.is_end_stream(),
+        }
+    }
+}
+
 /// Why a server's body could not be read to its end.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -91,6 +239,9 @@ pub enum BodyError {
     /// Compressing the body failed (internal).
     #[error("compressing the response body failed: {0}")]
     Compress(#[from] EncodeError),
+    /// The server's HTTP/2 stream ended in an error (a reset, the connection lost).
+    #[error("the server's HTTP/2 stream failed: {0}")]
+    H2(#[from] hyper::Error),
 }
 
 /// An access log line being filled in, and its log. (Boxed: it is most of an exchange's
@@ -148,6 +299,12 @@ enum Inner {
         conn: Option<Conn>,
         decoder: Decoder,
     },
+    /// A server's HTTP/2 stream; its trailers (gRPC's status) are kept when they arrive and
+    /// sent after the last data.
+    H2 {
+        body: Option<hyper::body::Incoming>,
+        trailers: Option<http::HeaderMap>,
+    },
 }
 
 /// A response body on its way to the client.
@@ -181,13 +338,34 @@ impl RespBody {
         }
     }
 
+    /// A server's body from `source`, ending `exchange` at its end.
+    pub fn server(source: Source, exchange: Exchange) -> Self {
+        match source {
+            Source::H1(conn, decoder) => RespBody::upstream(conn, decoder, exchange),
+            Source::H2(body) => RespBody::with_inner(
+                Inner::H2 {
+                    body: Some(body),
+                    trailers: None,
+                },
+                exchange,
+            ),
+        }
+    }
+
     /// A server's body, read from `conn` through `decoder`, ending `exchange` at its end.
     pub fn upstream(conn: Conn, decoder: Decoder, exchange: Exchange) -> Self {
-        let mut b = RespBody {
-            inner: Inner::Upstream {
+        RespBody::with_inner(
+            Inner::Upstream {
                 conn: Some(conn),
                 decoder,
             },
+            exchange,
+        )
+    }
+
+    fn with_inner(inner: Inner, exchange: Exchange) -> Self {
+        let mut b = RespBody {
+            inner,
             exchange: Some(exchange),
             bytes: 0,
             stage: None,
@@ -222,6 +400,18 @@ impl RespBody {
         match &self.inner {
             Inner::Full(d) => d.as_ref().is_none_or(Bytes::is_empty),
             Inner::Upstream { decoder, conn } => decoder.is_done() || conn.is_none(),
+            Inner::H2 { body, .. } => body.as_ref().is_none_or(|b| b.is_end_stream()),
+        }
+    }
+
+    /// The server's trailers, once its data has all been sent (taken: sent once).
+    fn take_trailers(&mut self) -> Option<http::HeaderMap> {
+        match &mut self.inner {
+            Inner::H2 {
+                body: None,
+                trailers,
+            } => trailers.take(),
+            _ => None,
         }
     }
 
@@ -236,7 +426,7 @@ impl RespBody {
             }
             let polled = match &mut self.inner {
                 Inner::Full(data) => Poll::Ready(data.take().map(Ok)),
-                Inner::Upstream { .. } => self.poll_upstream(cx),
+                Inner::Upstream { .. } | Inner::H2 { .. } => self.poll_upstream(cx),
             };
             let source_done = self.source_done();
             let stage = self.stage.as_deref_mut().expect("checked above");
@@ -288,6 +478,13 @@ impl RespBody {
         let conn = match &mut self.inner {
             Inner::Upstream { conn, .. } => conn.take(),
             Inner::Full(_) => None,
+            // An HTTP/2 stream given up before its end is reset when dropped.
+            Inner::H2 { body, .. } => {
+                if !complete {
+                    *body = None;
+                }
+                None
+            }
         };
         if let Some(x) = self.exchange.take() {
             x.end(complete, self.bytes, conn);
@@ -307,8 +504,10 @@ impl RespBody {
     }
 
     fn poll_server(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, BodyError>>> {
-        let Inner::Upstream { conn, decoder } = &mut self.inner else {
-            return Poll::Ready(None);
+        let (conn, decoder) = match &mut self.inner {
+            Inner::Upstream { conn, decoder } => (conn, decoder),
+            Inner::H2 { body, trailers } => return poll_h2(body, trailers, cx),
+            Inner::Full(_) => return Poll::Ready(None),
         };
         let Some(c) = conn.as_mut() else {
             return Poll::Ready(None);
@@ -351,6 +550,49 @@ impl RespBody {
     }
 }
 
+/// The next data of a server's HTTP/2 stream; its trailers are kept in `trailers`, and the
+/// stream is let go (`body` = `None`) at its end.
+fn poll_h2(
+    body: &mut Option<hyper::body::Incoming>,
+    trailers: &mut Option<http::HeaderMap>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Bytes, BodyError>>> {
+    loop {
+        let Some(b) = body.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match ready!(Pin::new(b).poll_frame(cx)) {
+            None => {
+                *body = None;
+                return Poll::Ready(None);
+            }
+            Some(Err(e)) => {
+                *body = None;
+                return Poll::Ready(Some(Err(e.into())));
+            }
+            Some(Ok(f)) => match f.into_data() {
+                Ok(d) if d.is_empty() => {}
+                Ok(d) => {
+                    if b_done(body) {
+                        *body = None;
+                    }
+                    return Poll::Ready(Some(Ok(d)));
+                }
+                Err(f) => {
+                    if let Ok(t) = f.into_trailers() {
+                        trailers.get_or_insert_with(http::HeaderMap::new).extend(t);
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// Whether an HTTP/2 stream has ended (nothing more, not even trailers, to come).
+fn b_done(body: &Option<hyper::body::Incoming>) -> bool {
+    body.as_ref().is_none_or(|b| b.is_end_stream())
+}
+
 impl Body for RespBody {
     type Data = Bytes;
     type Error = BodyError;
@@ -361,20 +603,22 @@ impl Body for RespBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let me = self.get_mut();
         if me.stage.is_some() {
-            return me
-                .poll_compressed(cx)
-                .map(|o| o.map(|r| r.map(Frame::data)));
+            let polled = ready!(me.poll_compressed(cx));
+            return Poll::Ready(match polled {
+                None => me.take_trailers().map(|t| Ok(Frame::trailers(t))),
+                Some(r) => Some(r.map(Frame::data)),
+            });
         }
         let polled = match &mut me.inner {
             Inner::Full(data) => data.take().map(Ok),
-            Inner::Upstream { .. } => ready!(me.poll_upstream(cx)),
+            Inner::Upstream { .. } | Inner::H2 { .. } => ready!(me.poll_upstream(cx)),
         };
         match polled {
             Some(Ok(d)) => {
                 me.bytes += d.len() as u64;
                 // The last payload bytes end the exchange at once, so the server connection
                 // is back in the pool before the client even reads them.
-                if me.is_end_stream() {
+                if me.source_done() {
                     me.finish(true);
                 }
                 Poll::Ready(Some(Ok(Frame::data(d))))
@@ -385,15 +629,22 @@ impl Body for RespBody {
             }
             None => {
                 me.finish(true);
-                Poll::Ready(None)
+                Poll::Ready(me.take_trailers().map(|t| Ok(Frame::trailers(t))))
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
+        let trailers_held = matches!(
+            &self.inner,
+            Inner::H2 {
+                trailers: Some(_),
+                ..
+            }
+        );
         match &self.stage {
-            Some(stage) => stage.is_done(),
-            None => self.source_done(),
+            Some(stage) => stage.is_done() && !trailers_held,
+            None => self.source_done() && !trailers_held,
         }
     }
 
@@ -407,6 +658,12 @@ impl Body for RespBody {
                 Some(n) => SizeHint::with_exact(n),
                 None => SizeHint::default(),
             },
+            // Trailers may follow the data: no exact length is promised.
+            Inner::H2 { body, .. } => body.as_ref().map_or(SizeHint::default(), |b| {
+                let mut h = SizeHint::new();
+                h.set_lower(b.size_hint().lower());
+                h
+            }),
         }
     }
 }

@@ -49,6 +49,7 @@ pub mod request_id;
 pub mod rewind;
 pub mod route;
 pub mod tunnel;
+mod upstream_h2;
 pub mod write_batch;
 
 use std::convert::Infallible;
@@ -76,7 +77,7 @@ use crate::limits::ClientLimits;
 use crate::stats::VirtualServerCounters;
 use access_log::{Entry, Logger};
 use answer::Target;
-use body::{Exchange, LogLine, ReqBody, RespBody};
+use body::{Exchange, LogLine, ReqBody, RespBody, Source};
 use framing::{FramingChecker, Guarded, Verdict};
 use headers::{Forwarding, Rules};
 use route::Router;
@@ -1415,8 +1416,7 @@ async fn phases(
             let Upstream {
                 head,
                 lease,
-                conn: server_conn,
-                decoder,
+                source,
             } = up;
             let mut rparts = Response::new(()).into_parts().0;
             rparts.status = head.status;
@@ -1441,9 +1441,7 @@ async fn phases(
                         .counters
                         .responses
                         .record(rparts.status.as_u16());
-                    if !close && decoder.is_done() {
-                        lease.server.pool.checkin(server_conn, SystemClock::now());
-                    }
+                    checkin_if_done(&lease, source, close);
                     drop(lease);
                     return local_end(from_cache(vs, &method, accepted, cached, &facts));
                 }
@@ -1456,7 +1454,7 @@ async fn phases(
                     accepted,
                     rparts.status,
                     &mut rparts.headers,
-                    decoder.remaining(),
+                    source.remaining(),
                 ),
                 _ => None,
             };
@@ -1484,12 +1482,24 @@ async fn phases(
                 started,
                 log,
             };
-            if let Some((client, protocol)) = switched {
-                return switch_protocols(conn, vs, rparts, protocol, server_conn, client, exchange);
-            }
+            // (Only HTTP/1 servers are asked for upgrades.)
+            let source = match (switched, source) {
+                (Some((client, protocol)), Source::H1(server_conn, _)) => {
+                    return switch_protocols(
+                        conn,
+                        vs,
+                        rparts,
+                        protocol,
+                        server_conn,
+                        client,
+                        exchange,
+                    )
+                }
+                (_, source) => source,
+            };
             Flow::Continue(Response::from_parts(
                 rparts,
-                RespBody::upstream(server_conn, decoder, exchange)
+                RespBody::server(source, exchange)
                     .teed(tee)
                     .compressed(stage),
             ))
@@ -1578,12 +1588,7 @@ async fn revalidate(conn: Arc<Conn>, vs: Arc<VsRuntime>, group: Arc<Group>, fetc
     let tee = match fetch.on_response(a.up.head.status, &mut a.headers) {
         Reply::Pass(Some(tee)) => tee,
         Reply::Pass(None) | Reply::Serve(_) => {
-            if !a.close && a.up.decoder.is_done() {
-                a.up.lease
-                    .server
-                    .pool
-                    .checkin(a.up.conn, SystemClock::now());
-            }
+            checkin_if_done(&a.up.lease, a.up.source, a.close);
             return;
         }
     };
@@ -1622,7 +1627,7 @@ impl Background {
             started: SystemClock::now(),
             log: None,
         };
-        RespBody::upstream(self.up.conn, self.up.decoder, exchange)
+        RespBody::server(self.up.source, exchange)
     }
 }
 
@@ -1642,12 +1647,21 @@ impl Upstream {
     }
 }
 
-/// A server's answer: its head, the slot and connection it came on, and the body's decoder.
+/// A server's answer: its head, the slot it came on, and where its body comes from.
 struct Upstream {
     head: codec::ResponseHead,
     lease: Lease,
-    conn: crate::upstream::Conn,
-    decoder: codec::Decoder,
+    source: Source,
+}
+
+/// Gives an HTTP/1 connection whose answer is read to its end back to its pool (an HTTP/2
+/// stream needs nothing: its connection stays with the worker).
+fn checkin_if_done(lease: &Lease, source: Source, close: bool) {
+    if let Source::H1(c, decoder) = source {
+        if !close && decoder.is_done() {
+            lease.server.pool.checkin(c, SystemClock::now());
+        }
+    }
 }
 
 /// Why one attempt at a server failed, and whether another may follow.
@@ -1686,6 +1700,14 @@ async fn upstream(
             }
         }
     }
+    let h2 = cfg.protocol == headway_config::adc::UpstreamProtocol::Http2;
+    // A client that takes trailers (gRPC) says so in `TE`, a hop-by-hop field: an HTTP/2
+    // server is told again (`te: trailers`, the one `TE` HTTP/2 allows).
+    let trailers = h2
+        && parts.headers.get_all(header::TE).iter().any(|v| {
+            headers::connection_options(std::iter::once(v))
+                .any(|t| t.eq_ignore_ascii_case("trailers"))
+        });
     headers::strip_hop_by_hop(&mut parts.headers);
     // The client's `Expect: 100-continue` was answered on the client side (hyper sends the 100
     // when the body is read); the server gets the body at once.
@@ -1713,6 +1735,9 @@ async fn upstream(
         let facts = vs.facts(conn.peer, id.as_ref());
         vs.request_rules.apply(&mut parts.headers, &facts);
     }
+    // HTTP/2 servers are not asked for upgrades (RFC 8441's extended CONNECT is another
+    // exchange): the request is served as a plain one.
+    let upgrade = upgrade.filter(|_| !h2);
     if let Some(protocols) = upgrade {
         let h = &mut parts.headers;
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
@@ -1730,7 +1755,17 @@ async fn upstream(
         },
     };
     let mut head = bytes::BytesMut::new();
-    codec::write_request_head(&mut head, &parts.method, target, &parts.headers, framing);
+    let h2_request = if h2 {
+        Some(upstream_h2::H2Request::new(
+            &parts,
+            target,
+            cfg.tls.is_some(),
+            trailers,
+        ))
+    } else {
+        codec::write_request_head(&mut head, &parts.method, target, &parts.headers, framing);
+        None
+    };
     let replayable = idempotent(&parts.method) && framing == codec::RequestFraming::Empty;
     let mut body = body;
     let mut last = (
@@ -1774,21 +1809,35 @@ async fn upstream(
         };
         let server = lease.server.clone();
         tried |= 1u64.checked_shl(lease.index as u32).unwrap_or(0);
-        let outcome = Box::pin(exchange(
-            (&server, proxy),
-            cfg,
-            &head,
-            &mut body,
-            (framing, vs.config.max_body_bytes),
-            (&parts.method, upgrade.is_some()),
-            &vs.shared.counters,
-        ))
-        .await;
+        let outcome = match &h2_request {
+            Some(req) => {
+                Box::pin(upstream_h2::exchange(
+                    &server,
+                    cfg,
+                    req,
+                    &mut body,
+                    vs.config.max_body_bytes,
+                    &vs.shared.counters,
+                ))
+                .await
+            }
+            None => Box::pin(exchange(
+                (&server, proxy),
+                cfg,
+                &head,
+                &mut body,
+                (framing, vs.config.max_body_bytes),
+                (&parts.method, upgrade.is_some()),
+                &vs.shared.counters,
+            ))
+            .await
+            .map(|(c, h, decoder)| (h, Source::H1(c, decoder))),
+        };
         let retry = attempt < cfg.retries;
         match outcome {
             // An answer the group retries (a server saying it is restarting or overloaded):
             // its connection is closed unread and another server asked, while tries remain.
-            Ok((_, h, _)) if retry && replayable && cfg.retry_on.contains(&h.status.as_u16()) => {
+            Ok((h, _)) if retry && replayable && cfg.retry_on.contains(&h.status.as_u16()) => {
                 tracing::debug!(
                     group = %cfg.name, server = %server.address, status = h.status.as_u16(),
                     "answer retried on another server"
@@ -1798,12 +1847,11 @@ async fn upstream(
                     "every server tried answered with an error",
                 );
             }
-            Ok((c, h, decoder)) => {
+            Ok((h, source)) => {
                 return Flow::Continue(Upstream {
                     head: h,
                     lease,
-                    conn: c,
-                    decoder,
+                    source,
                 })
             }
             Err(Attempt::NotSent(status, why)) => last = (status, why),
@@ -1845,22 +1893,7 @@ async fn exchange(
         .await
     {
         Ok(c) => c,
-        Err(e) => {
-            server.counters.connect_failures.inc();
-            server.pool.clear();
-            crate::group::passive_outcome(server, cfg, false);
-            tracing::debug!(group = %cfg.name, server = %server.address, error = %e, "connect failed");
-            return Err(match e {
-                crate::upstream::ConnectError::Timeout(_) => Attempt::NotSent(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "connecting to the server timed out",
-                ),
-                _ => Attempt::NotSent(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "no server could be reached",
-                ),
-            });
-        }
+        Err(e) => return Err(connect_failed(server, cfg, &e)),
     };
     let reused = c.reused;
     // A failure that is the server's, counted by passive health when `counts` (a reused
@@ -2004,6 +2037,29 @@ async fn exchange(
     server.counters.latency.record(rt);
     server.observe_response_time(rt);
     Ok((c, h, decoder))
+}
+
+/// A connection to `server` could not be had: counted (passive health too), its idle
+/// connections closed, and the attempt's answer (any request may be tried elsewhere).
+fn connect_failed(
+    server: &crate::group::ServerState,
+    cfg: &headway_config::adc::ServerGroup,
+    e: &crate::upstream::ConnectError,
+) -> Attempt {
+    server.counters.connect_failures.inc();
+    server.pool.clear();
+    crate::group::passive_outcome(server, cfg, false);
+    tracing::debug!(group = %cfg.name, server = %server.address, error = %e, "connect failed");
+    match e {
+        crate::upstream::ConnectError::Timeout(_) => Attempt::NotSent(
+            StatusCode::GATEWAY_TIMEOUT,
+            "connecting to the server timed out",
+        ),
+        _ => Attempt::NotSent(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no server could be reached",
+        ),
+    }
 }
 
 /// Why a request body did not reach its server whole.

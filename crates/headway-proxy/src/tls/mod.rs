@@ -606,8 +606,13 @@ impl Connector {
                 .map_err(BuildError::Config)?,
             None => builder.with_no_client_auth(),
         };
-        // The requests to servers are HTTP/1.1.
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // The requests to servers are in the group's protocol: HTTP/2 only where it says so
+        // (a server that does not take it fails the handshake rather than getting HTTP/2
+        // frames it cannot read).
+        config.alpn_protocols = match group.protocol {
+            headway_config::adc::UpstreamProtocol::Http1 => vec![b"http/1.1".to_vec()],
+            headway_config::adc::UpstreamProtocol::Http2 => vec![b"h2".to_vec()],
+        };
         let server_name = match &tls.server_name {
             None => None,
             Some(n) => Some(ServerName::try_from(n.clone()).map_err(|_| {

@@ -25,14 +25,7 @@ async fn bodies_over_the_limit_get_413_announced_or_streamed() {
     );
     assert_eq!(p.snapshot().groups[0].servers[0].requests, 1);
     // Chunked, found too large while streaming: cut off, 413, closed.
-    let mut req = b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
-    for _ in 0..3 {
-        req.extend_from_slice(b"258\r\n");
-        req.extend_from_slice(&[b'y'; 600]);
-        req.extend_from_slice(b"\r\n");
-    }
-    req.extend_from_slice(b"0\r\n\r\n");
-    let out = raw(addr, &req).await;
+    let out = raw(addr, &chunked_post_of_1800_bytes()).await;
     assert!(out.starts_with("HTTP/1.1 413"), "{out}");
     let s = p.snapshot();
     assert_eq!(s.virtual_servers[0].bad_requests, 2);
@@ -40,4 +33,16 @@ async fn bodies_over_the_limit_get_413_announced_or_streamed() {
     // Not the server's failure.
     let sv = &s.groups[0].servers[0];
     assert_eq!((sv.failures, sv.ejections), (0, 0), "{sv:?}");
+}
+
+/// A chunked POST to `/echo` whose body (three chunks of 600 bytes) is over a 1 KiB limit.
+pub(super) fn chunked_post_of_1800_bytes() -> Vec<u8> {
+    let mut req = b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..3 {
+        req.extend_from_slice(b"258\r\n");
+        req.extend_from_slice(&[b'y'; 600]);
+        req.extend_from_slice(b"\r\n");
+    }
+    req.extend_from_slice(b"0\r\n\r\n");
+    req
 }

@@ -1,0 +1,171 @@
+//! HTTP/2 connections to the servers of a group with `protocol = "h2"`: one per server and
+//! worker, shared by every request of that worker as a stream of its own.
+//!
+//! A worker's connection is made by the first request that needs it (the TCP connect, the
+//! PROXY-less TLS handshake with ALPN `h2` if the group has TLS, the HTTP/2 preface) and kept
+//! while it is open; requests that arrive while it is being made wait for it instead of each
+//! opening one, and when making it failed they fail with the same reason at once (a dead server
+//! costs the waiting requests one connect timeout, not one each). The connection's frames are
+//! read and written by a task of its own on the worker (hyper's HTTP/2 client); the streams'
+//! limits are the server's `SETTINGS_MAX_CONCURRENT_STREAMS` (requests beyond them wait in
+//! hyper's queue). A connection the server closed (a GOAWAY, a reset) is replaced by the next
+//! request; one unused for the pool's idle timeout too. `pool_max_idle = 0` keeps none: each
+//! request opens its own.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use headway_core::SystemClock;
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+
+use super::{ConnectError, Pool};
+use crate::http::body::H2Body;
+use crate::stats::ServerCounters;
+use crate::workers::CacheLine;
+
+/// Each stream's receive window: a 512 KiB answer arrives without waiting for window updates
+/// on a link with a few milliseconds of round trip.
+const STREAM_WINDOW: u32 = 1 << 20;
+/// The connection's receive window (all its streams together).
+const CONNECTION_WINDOW: u32 = 8 << 20;
+
+/// The sender of a server's HTTP/2 connection on one worker.
+pub type Sender = SendRequest<H2Body>;
+
+/// A worker's connection to one server, and how the last attempt to make one ended.
+#[derive(Default)]
+struct Slot {
+    conn: Option<(Sender, Instant)>,
+    /// When making a connection last failed, and why (for the requests that waited on it).
+    failed: Option<(Instant, io::ErrorKind)>,
+}
+
+/// The HTTP/2 connections of one server: a slot per worker and one for any other thread.
+pub(super) struct Slots(Box<[CacheLine<tokio::sync::Mutex<Slot>>]>);
+
+impl Slots {
+    pub(super) fn new(workers: usize) -> Self {
+        Slots(
+            (0..=workers)
+                .map(|_| CacheLine(Default::default()))
+                .collect(),
+        )
+    }
+
+    fn mine(&self) -> &tokio::sync::Mutex<Slot> {
+        let others = self.0.len() - 1;
+        let i = crate::workers::current().filter(|&i| i < others);
+        &self.0[i.unwrap_or(others)].0
+    }
+
+    /// Forgets every connection (streams in flight on them finish; the connections close
+    /// after them).
+    pub(super) fn clear(&self) {
+        for s in self.0.iter() {
+            if let Ok(mut s) = s.0.try_lock() {
+                s.conn = None;
+            }
+        }
+    }
+
+    /// Connections held now.
+    pub(super) fn len(&self) -> usize {
+        self.0
+            .iter()
+            .filter(|s| s.0.try_lock().is_ok_and(|s| s.conn.is_some()))
+            .count()
+    }
+}
+
+impl Pool {
+    /// The calling worker's HTTP/2 connection to `addr`, and whether it was there already
+    /// (counted as a reuse): the open one, or a new one.
+    pub async fn h2_sender(
+        &self,
+        addr: SocketAddr,
+        connect_timeout: Duration,
+        counters: &ServerCounters,
+    ) -> Result<(Sender, bool), ConnectError> {
+        let asked = SystemClock::now();
+        let keep = self.max_idle.load(std::sync::atomic::Ordering::Relaxed) > 0;
+        let idle_timeout = Duration::from_millis(
+            self.idle_timeout_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        let mut slot = self.h2.mine().lock().await;
+        if let Some((send, used)) = &mut slot.conn {
+            let idle = asked.saturating_duration_since(*used);
+            if !send.is_closed() && idle <= idle_timeout {
+                *used = asked;
+                counters.reused.inc();
+                return Ok((send.clone(), true));
+            }
+            slot.conn = None;
+        }
+        if let Some((at, kind)) = slot.failed {
+            // The request that made this attempt failed while this one waited: the same answer.
+            if at >= asked {
+                return Err(match kind {
+                    io::ErrorKind::TimedOut => ConnectError::Timeout(addr),
+                    kind => ConnectError::Io {
+                        addr,
+                        source: io::Error::new(kind, "connecting for the waiting requests failed"),
+                    },
+                });
+            }
+        }
+        match Box::pin(self.h2_connect(addr, connect_timeout, counters)).await {
+            Ok(send) => {
+                slot.failed = None;
+                if keep {
+                    slot.conn = Some((send.clone(), SystemClock::now()));
+                }
+                Ok((send, false))
+            }
+            Err(e) => {
+                let kind = match &e {
+                    ConnectError::Timeout(_) => io::ErrorKind::TimedOut,
+                    ConnectError::Io { source, .. } | ConnectError::Tls { source, .. } => {
+                        source.kind()
+                    }
+                };
+                slot.failed = Some((SystemClock::now(), kind));
+                Err(e)
+            }
+        }
+    }
+
+    /// A new HTTP/2 connection to `addr`, its frames handled by a task of its own.
+    async fn h2_connect(
+        &self,
+        addr: SocketAddr,
+        connect_timeout: Duration,
+        counters: &ServerCounters,
+    ) -> Result<Sender, ConnectError> {
+        let conn = self.connect(addr, connect_timeout, counters, None).await?;
+        let mut builder = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
+        builder
+            .timer(TokioTimer::new())
+            .initial_stream_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            // A server that went away without a FIN is noticed by the next ping.
+            .keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(20));
+        let (send, connection) =
+            builder
+                .handshake(TokioIo::new(conn.stream))
+                .await
+                .map_err(|e| ConnectError::Io {
+                    addr,
+                    source: io::Error::other(e),
+                })?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(server = %addr, error = %e, "HTTP/2 server connection ended");
+            }
+        });
+        Ok(send)
+    }
+}
