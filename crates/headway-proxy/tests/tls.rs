@@ -905,3 +905,87 @@ async fn a_proxy_protocol_header_comes_before_the_handshake() {
     })
     .await;
 }
+
+/// A group with `protocol = "h2"` and TLS negotiates `h2` by ALPN with a verified server (a
+/// Headway `https` virtual server here, itself speaking HTTP/2 to its origin), carries the
+/// requests of many clients on one TLS connection, passes trailers through both (a gRPC call's
+/// status), and its HTTP monitor checks over HTTP/2 on TLS too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_over_tls_to_servers_is_negotiated_and_shared() {
+    let pki = Pki::new();
+    pki.issue("backend", &["backend.internal"], "Backend", false);
+    let o = origin("behind-tls").await;
+    let (backend, backend_addr) = start(
+        &pki,
+        &format!(
+            "{}{}{}",
+            pki.section("backend", "backend"),
+            group("origin", o, "protocol = \"h2\""),
+            https("origin", "certificates = [\"backend\"]")
+        ),
+    )
+    .await;
+    let ca = pki.path("ca.pem").display().to_string();
+    let text = format!(
+        "[[monitor]]\nname = \"check\"\nkind = \"http\"\npath = \"/healthz\"\n\
+         interval = \"200ms\"\nrise = 1\nfall = 1\n{}\
+         [[virtual_server]]\nname = \"plain\"\nkind = \"http\"\nlisten = \"127.0.0.1:0\"\n\
+         group = \"secure\"\n",
+        group(
+            "secure",
+            backend_addr,
+            &format!(
+                "protocol = \"h2\"\nretries = 0\nmonitor = \"check\"\n[server_group.tls]\n\
+                 ca_file = \"{ca}\"\nserver_name = \"backend.internal\""
+            )
+        )
+    );
+    let (p, addr) = start(&pki, &text).await;
+    until(&p, "a passed check over HTTP/2 on TLS", |s| {
+        s.groups[0].servers[0].checks_ok > 0
+    })
+    .await;
+    let url = format!("http://{addr}/echo");
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        let url = url.clone();
+        clients.push(tokio::spawn(async move {
+            run("curl", &["-sS", "--max-time", "20", &url], b"").await
+        }));
+    }
+    for c in clients {
+        let (ok, out) = c.await.unwrap();
+        assert!(ok, "{out}");
+        assert!(out.contains(r#""server":"behind-tls""#), "{out}");
+        assert!(out.contains(r#""version":"HTTP/2.0""#), "{out}");
+    }
+    // gRPC's shape through both proxies, HTTP/2 all the way: curl shows the trailers among
+    // the fields it received (`-v`).
+    let (ok, out) = run(
+        "curl",
+        &[
+            "-sSv",
+            "--http2-prior-knowledge",
+            "-H",
+            "TE: trailers",
+            "-H",
+            "content-type: application/grpc",
+            "--data-binary",
+            "hello",
+            &format!("http://{addr}/trailers"),
+        ],
+        b"",
+    )
+    .await;
+    assert!(ok, "{out}");
+    assert!(out.contains("< grpc-status: 0"), "{out}");
+    assert!(out.contains("< x-body-bytes: 5"), "{out}");
+    let s = p.snapshot();
+    let server = &s.groups[0].servers[0];
+    assert_eq!(server.requests, 9, "{server:?}");
+    assert_eq!(server.connections_opened, 1, "{server:?}");
+    let t = tls(&backend);
+    // The requests' connection and each check's chose h2; none chose HTTP/1.1.
+    assert!(t.alpn_h2 >= 2, "{t:?}");
+    assert_eq!(t.alpn_http11, 0, "{t:?}");
+}

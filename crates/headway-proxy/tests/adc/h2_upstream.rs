@@ -8,19 +8,19 @@ use http_body_util::StreamBody;
 use hyper::body::Frame;
 
 /// An HTTP/2 (prior knowledge) client whose request bodies are any stream of frames.
-type H2Client = Client<
+pub(super) type H2Client = Client<
     hyper_util::client::legacy::connect::HttpConnector,
     http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>,
 >;
 
-fn h2_client() -> H2Client {
+pub(super) fn h2_client() -> H2Client {
     Client::builder(TokioExecutor::new())
         .http2_only(true)
         .build_http()
 }
 
 /// A body of `data` followed by `trailers`.
-fn with_trailers(
+pub(super) fn with_trailers(
     data: &'static [u8],
     trailers: &[(&'static str, &'static str)],
 ) -> http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible> {
