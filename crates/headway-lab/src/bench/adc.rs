@@ -13,13 +13,14 @@
 //! | `l7-10` | HTTP requests/s, 10 requests per connection on average (a wrk Lua script) | same |
 //! | `l7-unlimited` | HTTP requests/s over keep-alive connections | same |
 //! | `h2` | HTTP/2 requests/s, prior knowledge (h2c), `--streams` per connection | 128 B |
+//! | `h2-h2` | the same with HTTP/2 to the origin too, as gRPC runs (HAProxy `proto h2`, NGINX `grpc_pass`, Headway `protocol = "h2"`) | 128 B |
 //!
 //! For each cell and target: good (2xx/3xx) responses per second and the target's CPU-seconds
 //! (user + system of all its processes, from `/proc/PID/stat`) per 100,000 of them, medians over
 //! `--repeats` runs of `--seconds`, and ratios to HAProxy. All targets run at once (an idle
 //! proxy costs nothing); within each round of a cell they take turns, and the order rotates
 //! every round, so a burst of other load on a shared machine lands on one run of each target
-//! rather than on every run of one. The defaults (17 cells, 4 targets, 3 runs of 3 s) keep a
+//! rather than on every run of one. The defaults (18 cells, 4 targets, 3 runs of 3 s) keep a
 //! full run near 10 minutes; `--quick` takes about one.
 //!
 //! A proxy that fails to start (or dies) becomes an error row with the end of its log, and the
@@ -215,16 +216,20 @@ pub enum Test {
     L7Unlimited,
     /// HTTP/2 requests/s with prior knowledge.
     H2,
+    /// HTTP/2 requests/s with prior knowledge, and HTTP/2 to the origin too (gRPC's shape).
+    #[value(name = "h2-h2")]
+    H2Both,
 }
 
 impl Test {
     /// Every test, in report order.
-    pub const ALL: [Test; 5] = [
+    pub const ALL: [Test; 6] = [
         Test::L4,
         Test::L7One,
         Test::L7Ten,
         Test::L7Unlimited,
         Test::H2,
+        Test::H2Both,
     ];
 
     /// Its name in tables.
@@ -235,6 +240,7 @@ impl Test {
             Test::L7Ten => "L7 10 req/conn",
             Test::L7Unlimited => "L7 unlimited req/conn",
             Test::H2 => "HTTP/2 (h2c)",
+            Test::H2Both => "HTTP/2 both sides",
         }
     }
 
@@ -246,6 +252,7 @@ impl Test {
             Test::L7Ten => "l7-10",
             Test::L7Unlimited => "l7-unlimited",
             Test::H2 => "h2",
+            Test::H2Both => "h2-h2",
         }
     }
 
@@ -254,8 +261,13 @@ impl Test {
         match self {
             Test::L4 | Test::L7One => PerConnection::One,
             Test::L7Ten => PerConnection::Ten,
-            Test::L7Unlimited | Test::H2 => PerConnection::Unlimited,
+            Test::L7Unlimited | Test::H2 | Test::H2Both => PerConnection::Unlimited,
         }
+    }
+
+    /// Whether its load is HTTP/2 (h2load).
+    fn is_h2(self) -> bool {
+        matches!(self, Test::H2 | Test::H2Both)
     }
 
     fn is_l7(self) -> bool {
@@ -365,6 +377,8 @@ struct Ends {
     l7: SocketAddr,
     l4: SocketAddr,
     h2: Option<SocketAddr>,
+    /// HTTP/2 in, HTTP/2 to the origin.
+    h2_both: Option<SocketAddr>,
 }
 
 impl Ends {
@@ -372,6 +386,7 @@ impl Ends {
         match test {
             Test::L4 => Some(self.l4),
             Test::H2 => self.h2,
+            Test::H2Both => self.h2_both,
             _ => Some(self.l7),
         }
     }
@@ -383,6 +398,9 @@ impl Ends {
         }
         if let Some(h2) = self.h2 {
             s += &format!(", h2c {h2}");
+        }
+        if let Some(h2) = self.h2_both {
+            s += &format!(", h2c to h2 {h2}");
         }
         s
     }
@@ -483,10 +501,10 @@ pub fn run(args: AdcArgs) -> Result<()> {
     if versions.wrk.is_none() {
         bail!("`wrk` is not installed: run `bash scripts/setup.sh` (as root) first");
     }
-    if versions.h2load.is_none() && cells.iter().any(|c| c.test == Test::H2) {
-        cells.retain(|c| c.test != Test::H2);
+    if versions.h2load.is_none() && cells.iter().any(|c| c.test.is_h2()) {
+        cells.retain(|c| !c.test.is_h2());
         notes.push(
-            "h2load is not installed (Debian: nghttp2-client): the HTTP/2 cell was skipped."
+            "h2load is not installed (Debian: nghttp2-client): the HTTP/2 cells were skipped."
                 .to_string(),
         );
     }
@@ -512,7 +530,7 @@ pub fn run(args: AdcArgs) -> Result<()> {
     let ticks = procs::clock_ticks_per_second()?;
     let exe = std::env::current_exe().context("cannot find the headway binary")?;
     let exe = exe.to_string_lossy().into_owned();
-    let mut port = procs::port_source(1 + 4 * targets.len())?;
+    let mut port = procs::port_source(1 + 5 * targets.len())?;
 
     let origin = port();
     let mut instances = vec![start_origin(&exe, origin, &args, tmp.path())?];
@@ -522,6 +540,7 @@ pub fn run(args: AdcArgs) -> Result<()> {
             l7: port(),
             l4: port(),
             h2: (target != Target::Headway).then(&mut port),
+            h2_both: Some(port()),
             admin: (target == Target::Headway).then(&mut port),
         };
         let (inst, file) = start_proxy(target, origin, &listeners, &args, tmp.path(), &exe)?;
@@ -689,7 +708,7 @@ fn measure(ctx: &RunContext<'_>, target: &Proc, cell: &Cell, addr: SocketAddr) -
     };
     let streams = ctx.args.streams.max(1);
     let per = cell.test.per_connection();
-    let argv = match (cell.test == Test::H2, ctx.args.paced) {
+    let argv = match (cell.test.is_h2(), ctx.args.paced) {
         (true, None) => load::h2load_argv(&load, streams),
         (true, Some(rate)) => load::paced_h2load_argv(&load, streams, Pace { rate }),
         (false, None) => load::wrk_argv(&load, per, ctx.script),
@@ -700,7 +719,7 @@ fn measure(ctx: &RunContext<'_>, target: &Proc, cell: &Cell, addr: SocketAddr) -
     let status = tool.wait_exit(Duration::from_secs(u64::from(ctx.seconds) + 30))?;
     let after = procs::cpu_ticks(target.pid())?;
     let text = tool.log_text();
-    let parsed = if cell.test == Test::H2 {
+    let parsed = if cell.test.is_h2() {
         load::parse_h2load(&text)
     } else {
         load::parse_wrk(&text)
@@ -742,10 +761,13 @@ fn start_origin(exe: &str, addr: SocketAddr, args: &AdcArgs, dir: &Path) -> Resu
     }
     Ok(Instance {
         target: Target::Origin,
+        // It serves HTTP/2 with prior knowledge too: the reference of the cell with HTTP/2 on
+        // both sides.
         ends: Ends {
             l7: addr,
             l4: addr,
             h2: None,
+            h2_both: Some(addr),
         },
         proc: Some(p),
         failure: None,
@@ -779,9 +801,11 @@ fn start_proxy(
         l7: l.l7,
         l4: l.l4,
         h2: Some(l.h2.unwrap_or(l.l7)),
+        h2_both: l.h2_both,
     };
     let mut addrs = vec![l.l7, l.l4];
     addrs.extend(l.h2);
+    addrs.extend(l.h2_both);
     let instance = launch(target, ends, &addrs, file, &text, dir, exe)?;
     Ok((instance, (file.to_string(), text)))
 }
@@ -1094,8 +1118,13 @@ fn render_markdown(
          - **HTTP/2**: h2load with prior knowledge (h2c), HTTP/1.1 to the origin. HAProxy: a \
          `bind … proto h2` listener. NGINX 1.22 (Debian 12) has no `http2 on;` (1.25.1+); \
          `listen … http2` on a plain-text socket serves h2c with prior knowledge only, so it has \
-         a listener of its own. Headway: its `http` listener. The origin speaks HTTP/1.1 only \
-         (n/a).\n\
+         a listener of its own. Headway: its `http` listener. The origin is measured in the \
+         next row (n/a here).\n\
+         - **HTTP/2 both sides**: the same load, and HTTP/2 with prior knowledge to the origin \
+         too, as gRPC services run: HAProxy `server … proto h2`, NGINX `grpc_pass` (its only \
+         HTTP/2 upstream; 1.22 has no `proxy_http_version 2`), Headway a group with `protocol = \
+         \"h2\"`; each on a listener of its own. The origin column is h2load to the origin \
+         directly.\n\
          - **Requests/s** count 2xx/3xx responses only. **CPU** is user + system time of the \
          target's processes (HAProxy; NGINX master and workers; Headway; in the origin column \
          the origin itself) from `/proc/PID/stat` before and after each run, in clock ticks \
@@ -1226,9 +1255,9 @@ mod tests {
     }
 
     #[test]
-    fn the_full_matrix_is_seventeen_cells_in_report_order() {
+    fn the_full_matrix_is_eighteen_cells_in_report_order() {
         let all = cells(false, &[], &[]);
-        assert_eq!(all.len(), 1 + 3 * 5 + 1);
+        assert_eq!(all.len(), 1 + 3 * 5 + 2);
         assert_eq!(
             all[0],
             Cell {
@@ -1257,6 +1286,13 @@ mod tests {
                 size: 128
             }
         );
+        assert_eq!(
+            all[17],
+            Cell {
+                test: Test::H2Both,
+                size: 128
+            }
+        );
     }
 
     #[test]
@@ -1271,7 +1307,8 @@ mod tests {
                 ("l7-10", 128),
                 ("l7-unlimited", 128),
                 ("l7-unlimited", 65536),
-                ("h2", 128)
+                ("h2", 128),
+                ("h2-h2", 128)
             ]
         );
         // --sizes applies to the L7 tests only; L4 and HTTP/2 stay at 128 B.

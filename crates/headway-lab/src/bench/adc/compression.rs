@@ -332,6 +332,7 @@ pub fn run(args: AdcArgs) -> Result<()> {
             l7: a,
             l4: a,
             h2: None,
+            h2_both: None,
         };
         let inst = launch(target, ends, &addrs, file, &text, tmp.path(), &exe)?;
         if let Some(f) = &inst.failure {

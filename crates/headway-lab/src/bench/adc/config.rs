@@ -30,6 +30,8 @@ pub struct Listeners {
     pub l4: SocketAddr,
     /// HTTP/2 with prior knowledge; `None` when the L7 listener takes it too.
     pub h2: Option<SocketAddr>,
+    /// HTTP/2 with prior knowledge whose requests go to the origin over HTTP/2 too.
+    pub h2_both: Option<SocketAddr>,
     /// The admin API (Headway only).
     pub admin: Option<SocketAddr>,
 }
@@ -58,6 +60,14 @@ pub fn haproxy(origin: SocketAddr, workers: u32, l: &Listeners, maxconn: u32) ->
         let _ = writeln!(
             s,
             "frontend h2\n    mode http\n    bind {h2} proto h2\n    default_backend origin\n"
+        );
+    }
+    if let Some(h2) = l.h2_both {
+        let _ = writeln!(
+            s,
+            "frontend h2_both\n    mode http\n    bind {h2} proto h2\n    default_backend origin_h2\n\n\
+             backend origin_h2\n    mode http\n    http-reuse always\n    \
+             server origin {origin} proto h2\n"
         );
     }
     let _ = write!(
@@ -115,7 +125,20 @@ pub fn nginx(
     let _ = write!(
         s,
         "        location / {{\n            proxy_pass http://origin;\n            proxy_http_version 1.1;\n\
-         \x20           proxy_set_header Connection \"\";\n            proxy_max_temp_file_size 0;\n        }}\n    }}\n}}\n\n\
+         \x20           proxy_set_header Connection \"\";\n            proxy_max_temp_file_size 0;\n        }}\n    }}\n"
+    );
+    if let Some(h2) = l.h2_both {
+        // NGINX's HTTP/2 to servers is its gRPC proxy (any HTTP/2 answer passes).
+        let _ = write!(
+            s,
+            "\n    upstream origin_h2 {{\n        server {origin};\n        keepalive 64;\n        keepalive_requests 1000000;\n    }}\n\n\
+             \x20   server {{\n        listen {h2} http2;\n        http2_max_requests 1000000;\n\
+             \x20       location / {{\n            grpc_pass grpc://origin_h2;\n        }}\n    }}\n"
+        );
+    }
+    let _ = write!(
+        s,
+        "}}\n\n\
          stream {{\n    upstream origin {{\n        server {origin};\n    }}\n\n\
          \x20   server {{\n        listen {};\n        proxy_pass origin;\n    }}\n}}\n",
         l.l4
@@ -136,6 +159,7 @@ pub fn nginx_http(
         l7: listen,
         l4: listen,
         h2: None,
+        h2_both: None,
         admin: None,
     };
     let base = nginx(origin, workers, &l, maxconn, dir, None);
@@ -157,8 +181,15 @@ pub fn headway(origin: SocketAddr, workers: u32, l: &Listeners) -> String {
          [[server_group]]\nname = \"origin\"\nmethod = \"round-robin\"\n\
          [[server_group.server]]\naddress = \"{origin}\"\n\n\
          [[virtual_server]]\nname = \"l7\"\nkind = \"http\"\nlisten = \"{}\"\ngroup = \"origin\"\n\n\
-         [[virtual_server]]\nname = \"l4\"\nkind = \"tcp\"\nlisten = \"{}\"\ngroup = \"origin\"\n",
-        l.l7, l.l4
+         [[virtual_server]]\nname = \"l4\"\nkind = \"tcp\"\nlisten = \"{}\"\ngroup = \"origin\"\n{}",
+        l.l7,
+        l.l4,
+        l.h2_both.map_or_else(String::new, |h2| format!(
+            "\n[[server_group]]\nname = \"origin_h2\"\nmethod = \"round-robin\"\nprotocol = \"h2\"\n\
+             [[server_group.server]]\naddress = \"{origin}\"\n\n\
+             [[virtual_server]]\nname = \"h2_both\"\nkind = \"http\"\nlisten = \"{h2}\"\n\
+             group = \"origin_h2\"\n"
+        ))
     )
 }
 
@@ -261,6 +292,7 @@ mod tests {
             l7: addr(8001),
             l4: addr(8002),
             h2: h2.then(|| addr(8003)),
+            h2_both: h2.then(|| addr(8004)),
             admin: Some(addr(9290)),
         }
     }
@@ -276,6 +308,8 @@ mod tests {
             "http-reuse always",
             "server origin 127.0.0.1:8080",
             "listen l4\n    mode tcp\n    bind 127.0.0.1:8002",
+            "bind 127.0.0.1:8004 proto h2\n    default_backend origin_h2",
+            "server origin 127.0.0.1:8080 proto h2",
         ] {
             assert!(c.contains(want), "missing {want:?} in\n{c}");
         }
@@ -310,6 +344,8 @@ mod tests {
             "proxy_max_temp_file_size 0;",
             "stream {",
             "listen 127.0.0.1:8002;",
+            "listen 127.0.0.1:8004 http2;",
+            "grpc_pass grpc://origin_h2;",
         ] {
             assert!(c.contains(want), "missing {want:?} in\n{c}");
         }
@@ -359,6 +395,21 @@ mod tests {
                 ("tcp", "127.0.0.1:8002", "origin")
             ]
         );
+    }
+
+    #[test]
+    fn headway_speaks_http2_to_the_origin_on_the_h2_both_listener() {
+        let c = headway(addr(8080), 2, &listeners(true));
+        let v: toml::Value = toml::from_str(&c).unwrap();
+        let g = &v["server_group"][1];
+        assert_eq!(g["name"].as_str(), Some("origin_h2"));
+        assert_eq!(g["protocol"].as_str(), Some("h2"));
+        assert_eq!(g["server"][0]["address"].as_str(), Some("127.0.0.1:8080"));
+        let vs = &v["virtual_server"][2];
+        assert_eq!(vs["listen"].as_str(), Some("127.0.0.1:8004"));
+        assert_eq!(vs["group"].as_str(), Some("origin_h2"));
+        // It is a config Headway takes.
+        headway_config::Config::parse(&c, "headway.toml").unwrap();
     }
 
     #[test]

@@ -660,6 +660,7 @@ pub fn run(args: &AdcArgs) -> Result<()> {
             l7: l.ecdsa,
             l4: l.rsa,
             h2: None,
+            h2_both: None,
         };
         let instance = launch(target, ends, &[l.ecdsa, l.rsa], file, &text, &dir, &exe)?;
         if let Some(f) = &instance.failure {

@@ -161,6 +161,7 @@ pub fn run(args: &AdcArgs) -> Result<()> {
             l7: listen,
             l4: listen,
             h2: None,
+            h2_both: None,
         };
         let inst = launch(target, ends, &[listen], file, &text, tmp.path(), &exe)?;
         if let Some(f) = &inst.failure {
