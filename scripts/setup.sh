@@ -12,8 +12,9 @@ set -euo pipefail
 # (SNI, resumption, refused versions and suites) and RSA test keys; curl and h2load also drive
 # HTTPS and HTTP/2 over TLS there. The proxy's TLS provider (aws-lc-rs) builds its C code with
 # build-essential's compiler alone on x86_64 Linux: no cmake, clang or nasm is needed.
+# python3-grpcio: real gRPC peers (client and server) for the tests of gRPC through the ADC.
 packages=(iproute2 nftables ethtool iperf3 iputils-ping procps util-linux wrk curl ca-certificates build-essential pkg-config
-  haproxy nginx libnginx-mod-stream nghttp2-client varnish openssl)
+  haproxy nginx libnginx-mod-stream nghttp2-client varnish openssl python3-grpcio)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

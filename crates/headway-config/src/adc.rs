@@ -147,6 +147,12 @@ pub enum MonitorKind {
     Tcp(TcpCheck),
     /// An HTTP/1.1 request gets an expected answer.
     Http(HttpMonitor),
+    /// The gRPC health checking protocol answers `SERVING` for this service (`""` = the
+    /// server as a whole).
+    Grpc {
+        /// The service asked about.
+        service: String,
+    },
 }
 
 /// What a TCP monitor sends once connected and expects back; both empty = the connect alone.
@@ -902,7 +908,56 @@ fn monitor(m: &MonitorSection, origin: &Origin) -> Result<Monitor, ConfigError> 
         let name = name.clone();
         move || format!("monitor `{name}`: `{key}` {fix}")
     };
+    let grpc_not = |key: &str| {
+        only(
+            key,
+            "is not for gRPC monitors, which ask grpc.health.v1.Health/Check for `service`",
+        )
+    };
+    if m.kind.get_ref() != "grpc" {
+        not_for(
+            &m.service,
+            only(
+                "service",
+                "is for gRPC monitors; remove it or use kind = \"grpc\"",
+            ),
+            origin,
+        )?;
+    }
     let kind = match m.kind.get_ref().as_str() {
+        "grpc" => {
+            for (key, set) in [
+                ("method", m.method.as_ref().map(Spanned::span)),
+                ("path", m.path.as_ref().map(Spanned::span)),
+                ("host", m.host.as_ref().map(Spanned::span)),
+                ("expect_status", m.expect_status.as_ref().map(Spanned::span)),
+                ("expect_body", m.expect_body.as_ref().map(Spanned::span)),
+                ("send", m.send.as_ref().map(Spanned::span)),
+                ("expect", m.expect.as_ref().map(Spanned::span)),
+            ] {
+                if let Some(span) = set {
+                    return Err(invalid(origin.locate(Some(span)), grpc_not(key)()));
+                }
+            }
+            let service = match &m.service {
+                None => String::new(),
+                Some(s) if s.get_ref().len() <= 200 && is_visible(s.get_ref()) => {
+                    s.get_ref().clone()
+                }
+                Some(s) => {
+                    return Err(invalid(
+                        origin.locate(Some(s.span())),
+                        format!(
+                            "monitor `{name}`: service `{}` must be up to 200 visible \
+                             characters: write e.g. \"helloworld.Greeter\", or leave it out for \
+                             the server as a whole",
+                            s.get_ref()
+                        ),
+                    ))
+                }
+            };
+            MonitorKind::Grpc { service }
+        }
         "tcp" => {
             let http_only = |key: &str| {
                 only(
@@ -945,12 +1000,12 @@ fn monitor(m: &MonitorSection, origin: &Origin) -> Result<Monitor, ConfigError> 
             MonitorKind::Http(http_monitor(m, origin)?)
         }
         other => {
-            let hint = did_you_mean(other, &["tcp", "http"])
+            let hint = did_you_mean(other, &["tcp", "http", "grpc"])
                 .map(|s| format!(" — did you mean `{s}`?"))
                 .unwrap_or_default();
             return Err(invalid(
                 origin.locate(Some(m.kind.span())),
-                format!("unknown monitor kind `{other}`: use \"tcp\" or \"http\"{hint}"),
+                format!("unknown monitor kind `{other}`: use \"tcp\", \"http\" or \"grpc\"{hint}"),
             ));
         }
     };

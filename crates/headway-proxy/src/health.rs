@@ -5,7 +5,9 @@
 //! when the next one replaces it (the `stop` signal). A check is a TCP connect (with the
 //! monitor's `send`, and its `expect` looked for in the server's first 4 KiB, if it has them:
 //! a Redis `PING` / `+PONG`, an SMTP banner), or an HTTP/1.1 request whose status and first
-//! 64 KiB of body are judged by the monitor's [`headway_lb::health::HttpExpect`]; each result
+//! 64 KiB of body are judged by the monitor's [`headway_lb::health::HttpExpect`] (HTTP/2 to a
+//! group that speaks it), or a gRPC health check ([`grpc`]: `grpc.health.v1.Health/Check` over
+//! HTTP/2 must answer `SERVING` with `grpc-status` 0); each result
 //! feeds the server's rise/fall state machine ([`ServerState::record_check`]). The first check
 //! runs at once, the next after `interval`. In a group with TLS to its servers, an HTTP check
 //! is made over TLS, verified as requests are (a server whose certificate does not verify is
@@ -13,6 +15,8 @@
 //! every check starts with one that names no client (v1 `UNKNOWN`, v2 `LOCAL`: the check's own
 //! connection), as such servers expect a header on every connection. Transitions are logged at
 //! `warn` (down) and `info` (up).
+
+pub mod grpc;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -125,6 +129,14 @@ async fn check(kind: &MonitorKind, t: &Target<'_>) -> Result<(), String> {
             http_check(h, t, stream).await
         }
         (MonitorKind::Tcp(exchange), _) => tcp_check(exchange, stream).await,
+        (MonitorKind::Grpc { service }, None) => grpc_check(service, t, stream).await,
+        (MonitorKind::Grpc { service }, Some(tls)) => {
+            let stream = tls
+                .connect(stream, addr, t.host)
+                .await
+                .map_err(|e| format!("TLS handshake: {e}"))?;
+            grpc_check(service, t, stream).await
+        }
         // A kind this build does not know: the connect decides.
         _ => Ok(()),
     }
@@ -168,6 +180,92 @@ async fn tcp_check(t: &TcpCheck, mut stream: TcpStream) -> Result<(), String> {
     ))
 }
 
+/// `req` on a new HTTP/2 connection over `stream`: its answer, and the connection's task (for
+/// the caller to end once the answer is read).
+async fn h2_request<S, B>(
+    stream: S,
+    req: http::Request<B>,
+) -> Result<
+    (
+        hyper::Result<http::Response<hyper::body::Incoming>>,
+        tokio::task::JoinHandle<hyper::Result<()>>,
+    ),
+    String,
+>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    B: hyper::body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(stream),
+    )
+    .await
+    .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+    let conn = tokio::spawn(conn);
+    Ok((sender.send_request(req).await, conn))
+}
+
+/// A gRPC health check on a connected `stream`: `Health/Check` for `service` over HTTP/2; the
+/// server is healthy when the call succeeds (`grpc-status` 0) and says `SERVING`.
+async fn grpc_check<S>(service: &str, t: &Target<'_>, stream: S) -> Result<(), String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let host = match t.host {
+        Some(name) => format!("{name}:{}", t.addr.port()),
+        None => t.addr.to_string(),
+    };
+    let scheme = if t.tls.is_some() { "https" } else { "http" };
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!("{scheme}://{host}{}", grpc::CHECK_PATH))
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .header(http::header::TE, "trailers")
+        .header(http::header::USER_AGENT, "headway-monitor")
+        .body(http_body_util::Full::new(grpc::check_request(service)))
+        .map_err(|e| format!("request: {e}"))?;
+    let (resp, conn) = h2_request(stream, req).await?;
+    let outcome = async {
+        let resp = resp.map_err(|e| format!("request: {e}"))?;
+        if resp.status() != http::StatusCode::OK {
+            return Err(format!("HTTP status {}", resp.status().as_u16()));
+        }
+        let (parts, body) = resp.into_parts();
+        let got = Limited::new(body, BODY_LIMIT)
+            .collect()
+            .await
+            .map_err(|e| format!("body: {e}"))?;
+        // The call's status: in the trailers, or in the head of a trailers-only answer.
+        let fields = got.trailers().unwrap_or(&parts.headers);
+        let code = fields
+            .get("grpc-status")
+            .or_else(|| parts.headers.get("grpc-status"))
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        match code.as_deref() {
+            Some("0") => {}
+            Some(code) => {
+                let message = fields
+                    .get("grpc-message")
+                    .or_else(|| parts.headers.get("grpc-message"))
+                    .map(|v| format!(": {}", String::from_utf8_lossy(v.as_bytes())))
+                    .unwrap_or_default();
+                return Err(format!("grpc-status {code}{message}"));
+            }
+            None => return Err("the answer has no grpc-status".into()),
+        }
+        match grpc::serving_status(&got.to_bytes())? {
+            grpc::ServingStatus::Serving => Ok(()),
+            other => Err(format!("the service is {other:?}, not Serving")),
+        }
+    }
+    .await;
+    conn.abort();
+    outcome
+}
+
 async fn http_check<S>(h: &HttpMonitor, t: &Target<'_>, stream: S) -> Result<(), String>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -188,15 +286,7 @@ where
             .uri(format!("{scheme}://{host}{}", h.path))
             .body(Empty::<Bytes>::new())
             .map_err(|e| format!("request: {e}"))?;
-        let (mut sender, conn) = hyper::client::conn::http2::handshake(
-            hyper_util::rt::TokioExecutor::new(),
-            TokioIo::new(stream),
-        )
-        .await
-        .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
-        let conn = tokio::spawn(conn);
-        let resp = sender.send_request(req).await;
-        (resp, conn)
+        h2_request(stream, req).await?
     } else {
         let req = req
             .uri(h.path.as_str())

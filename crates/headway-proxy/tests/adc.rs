@@ -86,6 +86,10 @@ mod body_limit;
 #[path = "adc/h2_upstream.rs"]
 mod h2_upstream;
 
+/// gRPC between real gRPC peers (grpcio).
+#[path = "adc/grpc.rs"]
+mod grpc;
+
 /// Reading one HTTP/1 answer off a client connection.
 #[path = "common/answer.rs"]
 mod answer;
@@ -299,6 +303,16 @@ async fn json_log_lines(path: &std::path::Path, n: usize) -> Vec<serde_json::Val
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The snapshot once the first group's first server has been checked twice.
+async fn after_two_checks(p: &Proxy) -> AdcSnapshot {
+    until(p, "two checks", |s| {
+        let sv = &s.groups[0].servers[0];
+        sv.checks_ok + sv.checks_failed >= 2
+    })
+    .await;
+    p.snapshot()
 }
 
 fn health(s: &AdcSnapshot, group: &str, server: usize) -> String {

@@ -1210,3 +1210,49 @@ fn a_group_speaks_http1_or_h2_to_its_servers() {
         ],
     );
 }
+
+#[test]
+fn grpc_monitors_ask_for_a_service_and_nothing_of_the_other_kinds() {
+    let monitor =
+        |extra: &str| format!("[[monitor]]\nname = \"m\"\nkind = \"grpc\"\n{extra}\n{GROUP}{VS}");
+    let c = parse(&monitor(""));
+    assert_eq!(
+        c.adc.monitors[0].kind,
+        MonitorKind::Grpc {
+            service: String::new()
+        }
+    );
+    let c = parse(&monitor("service = \"helloworld.Greeter\""));
+    assert_eq!(
+        c.adc.monitors[0].kind,
+        MonitorKind::Grpc {
+            service: "helloworld.Greeter".into()
+        }
+    );
+    assert_err(
+        &monitor("path = \"/healthz\""),
+        4,
+        8,
+        &["`path` is not for gRPC monitors"],
+    );
+    assert_err(
+        &monitor("service = \"a b\""),
+        4,
+        11,
+        &["service `a b` must be up to 200 visible characters"],
+    );
+    let http = "[[monitor]]\nname = \"m\"\nkind = \"http\"\nservice = \"x\"\n";
+    assert_err(
+        &format!("{http}{GROUP}{VS}"),
+        4,
+        11,
+        &["`service` is for gRPC monitors"],
+    );
+    let typo = "[[monitor]]\nname = \"m\"\nkind = \"grpcc\"\n";
+    assert_err(
+        &format!("{typo}{GROUP}{VS}"),
+        3,
+        8,
+        &["did you mean `grpc`?"],
+    );
+}

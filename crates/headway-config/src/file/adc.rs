@@ -36,7 +36,11 @@ pub struct MonitorSection {
     /// Required.
     pub name: Spanned<String>,
     /// `"tcp"` (a TCP connect succeeds, and with `send` / `expect` the server answers as
-    /// expected) or `"http"` (an HTTP/1.1 request gets an expected answer). Required.
+    /// expected), `"http"` (an HTTP request gets an expected answer: HTTP/1.1, or HTTP/2 to a
+    /// group with `protocol = "h2"`) or `"grpc"` (the gRPC health checking protocol's
+    /// `grpc.health.v1.Health/Check` over HTTP/2 answers `SERVING`, as Kubernetes' gRPC probes
+    /// and NGINX Plus's `health_check type=grpc` ask; over TLS the group needs
+    /// `protocol = "h2"`). Required.
     pub kind: Spanned<String>,
     /// Time between two checks of one server (`"5s"`). Default: `"5s"`.
     pub interval: Option<Spanned<DurationValue>>,
@@ -71,6 +75,9 @@ pub struct MonitorSection {
     /// HTTP only: a substring the response body must contain (the first 64 KiB are read).
     /// Default: none (the body is not checked).
     pub expect_body: Option<Spanned<String>>,
+    /// gRPC only: the service whose health is asked (`"helloworld.Greeter"`), up to 200
+    /// visible characters. Default: `""`, the server as a whole.
+    pub service: Option<Spanned<String>>,
 }
 
 /// `[[server_group]]`: servers that share the load of one or more virtual servers.

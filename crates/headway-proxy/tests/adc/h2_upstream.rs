@@ -237,12 +237,8 @@ async fn http_monitors_of_an_h2_group_check_over_http2() {
             vs("g", "")
         );
         let (p, _) = proxy(&text).await;
-        until(&p, "two checks", |s| {
-            let sv = &s.groups[0].servers[0];
-            sv.checks_ok + sv.checks_failed >= 2
-        })
-        .await;
-        let sv = &p.snapshot().groups[0].servers[0];
+        let s = after_two_checks(&p).await;
+        let sv = &s.groups[0].servers[0];
         assert_eq!(
             (sv.checks_ok >= 2, sv.checks_failed >= 2),
             (healthy, !healthy),
