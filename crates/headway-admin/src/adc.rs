@@ -953,9 +953,10 @@ pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
         writeln!(out)?;
         writeln!(
             out,
-            "group {} ({}{}{}): {} requests, {} queued, {} waiting, {} refused busy, {} refused no server",
+            "group {} ({}{}{}{}): {} requests, {} queued, {} waiting, {} refused busy, {} refused no server",
             g.name,
             g.method,
+            if g.protocol == "h2" { ", HTTP/2 to servers" } else { "" },
             g.monitor
                 .as_ref()
                 .map(|m| format!(", monitor {m}"))
@@ -1147,6 +1148,7 @@ mod tests {
             groups: vec![GroupSnapshot {
                 name: "g".into(),
                 method: "least-connection".into(),
+                protocol: "h2".into(),
                 servers: vec![
                     ServerSnapshot {
                         name: "s1".into(),
@@ -1298,7 +1300,10 @@ mod tests {
         assert!(text.contains("rule mysite"), "{text}");
         assert!(text.contains("draining"), "{text}");
         assert!(text.contains("90%"), "{text}");
-        assert!(text.contains("group g (least-connection)"), "{text}");
+        assert!(
+            text.contains("group g (least-connection, HTTP/2 to servers)"),
+            "{text}"
+        );
         assert!(text.contains("web upgrades: 5 (2 open)"), "{text}");
         assert!(text.contains("web closed for allow/deny: 6"), "{text}");
         assert!(

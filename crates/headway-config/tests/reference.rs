@@ -138,3 +138,20 @@ fn every_section_and_field_is_documented_and_the_reference_is_current() {
          `HEADWAY_WRITE_DOCS=1 cargo test -p headway-config --test reference` and commit it"
     );
 }
+
+/// The guides' TOML examples are configs Headway takes as they are written.
+#[test]
+fn the_guides_examples_parse() {
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+    for guide in ["grpc.md", "tcp-profiles.md"] {
+        let text = std::fs::read_to_string(docs.join(guide)).unwrap();
+        let mut blocks = text.split("```toml\n").skip(1).peekable();
+        assert!(blocks.peek().is_some(), "{guide} has no TOML example");
+        for block in blocks {
+            let toml = block.split("```").next().unwrap();
+            if let Err(e) = headway_config::Config::parse(toml, guide) {
+                panic!("{guide}: {e}\n{toml}");
+            }
+        }
+    }
+}

@@ -386,6 +386,11 @@ impl Proxy {
                     GroupSnapshot {
                         name: grp.config.name.clone(),
                         method: grp.config.method.to_string(),
+                        protocol: match grp.config.protocol {
+                            headway_config::adc::UpstreamProtocol::Http1 => "http1",
+                            headway_config::adc::UpstreamProtocol::Http2 => "h2",
+                        }
+                        .to_string(),
                         monitor: grp.config.monitor.clone(),
                         persistence: grp.config.persistence.as_ref().map(|p| {
                             match p {

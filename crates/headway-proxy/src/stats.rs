@@ -498,6 +498,9 @@ pub struct GroupSnapshot {
     pub name: String,
     /// The selection method.
     pub method: String,
+    /// The HTTP version spoken to the servers: `http1` or `h2`.
+    #[serde(default)]
+    pub protocol: String,
     /// The monitor's name, if any.
     pub monitor: Option<String>,
     /// The persistence kind (`cookie`, `source-ip`), if any.

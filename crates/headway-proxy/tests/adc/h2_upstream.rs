@@ -85,6 +85,7 @@ async fn an_h2_group_sends_every_request_as_a_stream_of_one_connection() {
     let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(v["body_bytes"], 300_000, "{v}");
     let s = p.snapshot();
+    assert_eq!(s.groups[0].protocol, "h2");
     let sv = &s.groups[0].servers[0];
     assert_eq!(sv.requests, 42, "{sv:?}");
     assert_eq!(sv.connections_opened, 1, "{sv:?}");
