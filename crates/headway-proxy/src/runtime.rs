@@ -692,6 +692,8 @@ impl Proxy {
                         }
                     };
                     st.pool.set_tls(connector.clone());
+                    st.pool
+                        .set_protocol(g.protocol == headway_config::adc::UpstreamProtocol::Http2);
                     next.servers.insert(key, st.clone());
                     st
                 },

@@ -113,6 +113,8 @@ pub struct Pool {
     idle_timeout_ms: AtomicU64,
     /// The HTTP/2 connections, for a group that speaks it.
     h2: h2::Slots,
+    /// Whether the group speaks HTTP/2 to its servers (the last config said so).
+    speaks_h2: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Pool {
@@ -137,6 +139,7 @@ impl Pool {
             max_idle: AtomicUsize::new(max_idle),
             idle_timeout_ms: AtomicU64::new(idle_timeout.as_millis() as u64),
             h2: h2::Slots::new(workers),
+            speaks_h2: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -171,6 +174,15 @@ impl Pool {
     pub fn set_tls(&self, tls: Option<std::sync::Arc<Connector>>) {
         let old = self.tls.swap(tls);
         if old.is_some() || self.tls.load().is_some() {
+            self.clear();
+        }
+    }
+
+    /// Sets which HTTP version new requests use (`h2`: HTTP/2). A change closes the idle
+    /// connections and forgets the HTTP/2 ones, which the other version would never use again
+    /// (an HTTP/2 connection's pings would keep it open).
+    pub fn set_protocol(&self, h2: bool) {
+        if self.speaks_h2.swap(h2, Relaxed) != h2 {
             self.clear();
         }
     }

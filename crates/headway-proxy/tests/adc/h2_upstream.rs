@@ -247,3 +247,33 @@ async fn http_monitors_of_an_h2_group_check_over_http2() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_changes_the_protocol_changes_the_connections() {
+    let o = Origin::start("o", Duration::ZERO).await;
+    let text = |protocol: &str| {
+        format!(
+            "{}{}",
+            group("g", &format!("protocol = \"{protocol}\""), &[(o.addr, "")]),
+            vs("g", "")
+        )
+    };
+    let (p, addr) = proxy_with(&text("h2"), 1).await;
+    let c = client();
+    let version = |r: Answer| {
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        v["version"].as_str().unwrap().to_string()
+    };
+    let idle = |p: &Proxy| p.snapshot().groups[0].servers[0].idle_connections;
+    assert_eq!(version(get(&c, addr, "/echo").await), "HTTP/2.0");
+    assert_eq!(idle(&p), 1);
+    for (protocol, want) in [("http1", "HTTP/1.1"), ("h2", "HTTP/2.0")] {
+        let cfg = Config::parse(&text(protocol), "test.toml").unwrap();
+        p.replace(cfg.adc).await.unwrap();
+        // The other version's connection is gone with the change.
+        assert_eq!(idle(&p), 0, "after the change to {protocol}");
+        assert_eq!(version(get(&c, addr, "/echo").await), want);
+        assert_eq!(idle(&p), 1, "after a request over {protocol}");
+    }
+    assert_eq!(p.snapshot().groups[0].servers[0].connections_opened, 3);
+}
