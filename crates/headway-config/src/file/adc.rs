@@ -375,7 +375,8 @@ pub struct VirtualServerSection {
     /// standard output. Default: none (no access log).
     pub access_log: Option<Spanned<PathBuf>>,
     /// The access log's format: `"combined"` (Apache/NGINX combined log format) or `"json"`
-    /// (one object per line). Default: `"combined"`.
+    /// (one object per line; a gRPC call's line also has its `grpc_status`). Default:
+    /// `"combined"`.
     pub access_log_format: Option<Spanned<String>>,
     /// HTTPS: TLS termination (`[virtual_server.tls]`): certificates, versions, resumption,
     /// client certificates. Required for `https`, refused for the other kinds.

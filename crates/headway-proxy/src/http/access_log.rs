@@ -58,6 +58,14 @@ pub struct Entry {
     /// The request's ID (`request_id`), or empty.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub request_id: String,
+    /// A gRPC call's status (`grpc-status`, from the answer's trailers or its head), JSON only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grpc_status: Option<u16>,
+}
+
+/// The `grpc-status` in `fields`, if there is one and it is a number.
+pub fn grpc_status(fields: &http::HeaderMap) -> Option<u16> {
+    fields.get("grpc-status")?.to_str().ok()?.parse().ok()
 }
 
 impl Entry {
@@ -255,6 +263,7 @@ mod tests {
             duration: Duration::from_micros(1500),
             complete: true,
             request_id: String::new(),
+            grpc_status: None,
         }
     }
 

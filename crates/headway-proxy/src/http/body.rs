@@ -475,6 +475,18 @@ impl RespBody {
     }
 
     fn finish(&mut self, complete: bool) {
+        // A gRPC call's status comes in the trailers, at the end: into the log line.
+        if let (
+            Inner::H2 {
+                trailers: Some(t), ..
+            },
+            Some(x),
+        ) = (&self.inner, &mut self.exchange)
+        {
+            if let Some(line) = x.log.as_mut() {
+                line.1.grpc_status = crate::http::access_log::grpc_status(t).or(line.1.grpc_status);
+            }
+        }
         let conn = match &mut self.inner {
             Inner::Upstream { conn, .. } => conn.take(),
             Inner::Full(_) => None,

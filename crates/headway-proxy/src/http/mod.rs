@@ -1471,6 +1471,8 @@ async fn phases(
             lease.server.counters.responses.record(status);
             let log = log.take().map(|mut line| {
                 line.1.status = status;
+                // A trailers-only gRPC answer (an error before any message) says it here.
+                line.1.grpc_status = access_log::grpc_status(&rparts.headers);
                 line.1.server = group.members[lease.index].name.clone();
                 line
             });

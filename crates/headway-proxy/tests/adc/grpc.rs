@@ -152,3 +152,38 @@ async fn grpc_monitors_ask_the_health_service() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_says_each_calls_grpc_status() {
+    let server = GrpcServer::start("s1");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.json");
+    let text = format!(
+        "{}{}",
+        group("g", "protocol = \"h2\"", &[(server.addr, "")]),
+        vs(
+            "g",
+            &format!(
+                "access_log = \"{}\"\naccess_log_format = \"json\"",
+                log.display()
+            )
+        )
+    );
+    let (_p, addr) = proxy_with(&text, 1).await;
+    calls(addr).await;
+    let lines = json_log_lines(&log, 105).await;
+    let count = |uri: &str, status: u64| {
+        lines
+            .iter()
+            .filter(|l| l["uri"] == uri && l["grpc_status"] == status)
+            .count()
+    };
+    // 101 good unary calls (status 0 in the trailers), the failed one (NOT_FOUND, 5, in a
+    // trailers-only answer), and the streaming and health calls.
+    assert_eq!(count("/test.Echo/Unary", 0), 101, "{lines:?}");
+    assert_eq!(count("/test.Echo/Unary", 5), 1, "{lines:?}");
+    assert_eq!(count("/test.Echo/Stream", 0), 1);
+    assert_eq!(count("/test.Echo/Collect", 0), 1);
+    assert_eq!(count("/grpc.health.v1.Health/Check", 0), 1);
+    assert!(lines.iter().all(|l| l["status"] == 200 && l["version"] == "HTTP/2.0"));
+}
