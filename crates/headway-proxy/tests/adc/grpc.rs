@@ -185,5 +185,7 @@ async fn the_access_log_says_each_calls_grpc_status() {
     assert_eq!(count("/test.Echo/Stream", 0), 1);
     assert_eq!(count("/test.Echo/Collect", 0), 1);
     assert_eq!(count("/grpc.health.v1.Health/Check", 0), 1);
-    assert!(lines.iter().all(|l| l["status"] == 200 && l["version"] == "HTTP/2.0"));
+    assert!(lines
+        .iter()
+        .all(|l| l["status"] == 200 && l["version"] == "HTTP/2.0"));
 }
