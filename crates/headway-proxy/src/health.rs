@@ -106,6 +106,17 @@ struct Target<'a> {
     h2: bool,
 }
 
+impl Target<'_> {
+    /// The `Host` (or `:authority`) of a check that names none: the server's name or address,
+    /// with the port checked.
+    fn default_host(&self) -> String {
+        match self.host {
+            Some(name) => format!("{name}:{}", self.addr.port()),
+            None => self.addr.to_string(),
+        }
+    }
+}
+
 /// One check; `Err` says why it failed.
 async fn check(kind: &MonitorKind, t: &Target<'_>) -> Result<(), String> {
     let (addr, tls, proxy) = (t.addr, t.tls, t.proxy);
@@ -119,24 +130,20 @@ async fn check(kind: &MonitorKind, t: &Target<'_>) -> Result<(), String> {
             .await
             .map_err(|e| format!("PROXY header: {e}"))?;
     }
-    match (kind, tls) {
-        (MonitorKind::Http(h), None) => http_check(h, t, stream).await,
-        (MonitorKind::Http(h), Some(tls)) => {
-            let stream = tls
-                .connect(stream, addr, t.host)
-                .await
-                .map_err(|e| format!("TLS handshake: {e}"))?;
-            http_check(h, t, stream).await
-        }
-        (MonitorKind::Tcp(exchange), _) => tcp_check(exchange, stream).await,
-        (MonitorKind::Grpc { service }, None) => grpc_check(service, t, stream).await,
-        (MonitorKind::Grpc { service }, Some(tls)) => {
-            let stream = tls
-                .connect(stream, addr, t.host)
-                .await
-                .map_err(|e| format!("TLS handshake: {e}"))?;
-            grpc_check(service, t, stream).await
-        }
+    if let MonitorKind::Tcp(exchange) = kind {
+        return tcp_check(exchange, stream).await;
+    }
+    // The HTTP kinds: over TLS if the group's servers speak it.
+    let stream = match tls {
+        None => crate::tls::ServerStream::from(stream),
+        Some(tls) => tls
+            .connect(stream, addr, t.host)
+            .await
+            .map_err(|e| format!("TLS handshake: {e}"))?,
+    };
+    match kind {
+        MonitorKind::Http(h) => http_check(h, t, stream).await,
+        MonitorKind::Grpc { service } => grpc_check(service, t, stream).await,
         // A kind this build does not know: the connect decides.
         _ => Ok(()),
     }
@@ -214,10 +221,7 @@ async fn grpc_check<S>(service: &str, t: &Target<'_>, stream: S) -> Result<(), S
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let host = match t.host {
-        Some(name) => format!("{name}:{}", t.addr.port()),
-        None => t.addr.to_string(),
-    };
+    let host = t.default_host();
     let scheme = if t.tls.is_some() { "https" } else { "http" };
     let req = http::Request::builder()
         .method("POST")
@@ -239,18 +243,17 @@ where
             .await
             .map_err(|e| format!("body: {e}"))?;
         // The call's status: in the trailers, or in the head of a trailers-only answer.
-        let fields = got.trailers().unwrap_or(&parts.headers);
-        let code = fields
-            .get("grpc-status")
-            .or_else(|| parts.headers.get("grpc-status"))
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-        match code.as_deref() {
+        let field = |name: &str| {
+            got.trailers()
+                .and_then(|t| t.get(name))
+                .or_else(|| parts.headers.get(name))
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        };
+        match field("grpc-status").as_deref() {
             Some("0") => {}
             Some(code) => {
-                let message = fields
-                    .get("grpc-message")
-                    .or_else(|| parts.headers.get("grpc-message"))
-                    .map(|v| format!(": {}", String::from_utf8_lossy(v.as_bytes())))
+                let message = field("grpc-message")
+                    .map(|m| format!(": {m}"))
                     .unwrap_or_default();
                 return Err(format!("grpc-status {code}{message}"));
             }
@@ -271,11 +274,7 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     // The monitor's Host, else the server's name or address with the port checked.
-    let host = match (&h.host, t.host) {
-        (Some(h), _) => h.clone(),
-        (None, Some(name)) => format!("{name}:{}", t.addr.port()),
-        (None, None) => t.addr.to_string(),
-    };
+    let host = h.host.clone().unwrap_or_else(|| t.default_host());
     let req = http::Request::builder()
         .method(h.method.as_str())
         .header(http::header::USER_AGENT, "headway-monitor");

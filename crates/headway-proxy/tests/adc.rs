@@ -1866,26 +1866,22 @@ async fn the_api_gateway_example_does_what_its_comments_say() {
     // Past the password: the admin server's own answer (it has no such page).
     assert_eq!((a.status, a.origin().as_str()), (404, "admin"));
     // A gRPC call: to the HTTP/2 group, its status back as a trailer.
-    let call = Request::builder()
-        .method("POST")
-        .uri(format!("http://{addr}/helloworld.Greeter/SayHello"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(h2_upstream::with_trailers(b"\0\0\0\0\0", &[]))
-        .unwrap();
-    let resp = h2_upstream::h2_client().request(call).await.unwrap();
+    let call = |path: &str| {
+        let req = Request::builder()
+            .method("POST")
+            .uri(format!("http://{addr}{path}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(h2_upstream::with_trailers(b"\0\0\0\0\0", &[]))
+            .unwrap();
+        h2_upstream::h2_client().request(req)
+    };
+    let resp = call("/helloworld.Greeter/SayHello").await.unwrap();
     assert_eq!(resp.headers()["x-origin"], "next");
     // (The origin has no such service: its 405 for a POST it does not take, where a gRPC
     // server would answer `grpc-status` 12 in trailers; its `/trailers` shows them passing.)
     assert_eq!(resp.status(), 405);
-    let call = Request::builder()
-        .method("POST")
-        .uri(format!("http://{addr}/trailers"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(h2_upstream::with_trailers(b"\0\0\0\0\0", &[]))
-        .unwrap();
-    let resp = h2_upstream::h2_client().request(call).await.unwrap();
+    let resp = call("/trailers").await.unwrap();
     let got = resp.into_body().collect().await.unwrap();
     assert_eq!(got.trailers().unwrap()["grpc-status"], "0");
     let grpc = p.snapshot();

@@ -146,12 +146,20 @@ impl H2Body {
     }
 }
 
+impl H2BodyError {
+    /// The client's answer: the HTTP/1 path's for the same fault.
+    pub(crate) fn answer(self) -> (http::StatusCode, &'static str) {
+        match self {
+            H2BodyError::Client => super::BodyError::Client,
+            H2BodyError::TooLarge => super::BodyError::TooLarge,
+        }
+        .answer()
+    }
+}
+
 impl std::fmt::Display for H2BodyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            H2BodyError::Client => "the client's request body was cut short or malformed",
-            H2BodyError::TooLarge => "the request body is larger than this virtual server takes",
-        })
+        f.write_str(self.answer().1)
     }
 }
 
@@ -211,14 +219,6 @@ impl Source {
         match self {
             Source::H1(_, d) => d.remaining(),
             Source::H2(b) => b.size_hint().exact(),
-        }
-    }
-
-    /// Whether the body has been read to its end (a bodiless answer).
-    pub fn is_done(&self) -> bool {
-        match self {
-            Source::H1(_, d) => d.is_done(),
-            Source::H2(b) => b.is_end_stream(),
         }
     }
 }
@@ -400,7 +400,7 @@ impl RespBody {
         match &self.inner {
             Inner::Full(d) => d.as_ref().is_none_or(Bytes::is_empty),
             Inner::Upstream { decoder, conn } => decoder.is_done() || conn.is_none(),
-            Inner::H2 { body, .. } => body.as_ref().is_none_or(|b| b.is_end_stream()),
+            Inner::H2 { body, .. } => h2_ended(body),
         }
     }
 
@@ -585,7 +585,7 @@ fn poll_h2(
             Some(Ok(f)) => match f.into_data() {
                 Ok(d) if d.is_empty() => {}
                 Ok(d) => {
-                    if b_done(body) {
+                    if h2_ended(body) {
                         *body = None;
                     }
                     return Poll::Ready(Some(Ok(d)));
@@ -601,7 +601,7 @@ fn poll_h2(
 }
 
 /// Whether an HTTP/2 stream has ended (nothing more, not even trailers, to come).
-fn b_done(body: &Option<hyper::body::Incoming>) -> bool {
+fn h2_ended(body: &Option<hyper::body::Incoming>) -> bool {
     body.as_ref().is_none_or(|b| b.is_end_stream())
 }
 

@@ -16,7 +16,7 @@
 
 use http::{HeaderValue, Request, StatusCode, Version};
 
-use super::body::{H2Body, H2BodyError, ReqBody, Source};
+use super::body::{H2Body, ReqBody, Source};
 use super::codec::ResponseHead;
 use super::Attempt;
 use crate::group::ServerState;
@@ -115,20 +115,9 @@ pub(super) async fn exchange(
                 ));
             }
             let e = e.into_error();
-            match H2Body::fault(&fault) {
-                Some(H2BodyError::TooLarge) => {
-                    return Err(Attempt::Fail(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        "the request body is larger than this virtual server takes",
-                    ))
-                }
-                Some(H2BodyError::Client) => {
-                    return Err(Attempt::Fail(
-                        StatusCode::BAD_GATEWAY,
-                        "the client's request body was cut short or malformed",
-                    ))
-                }
-                None => {}
+            if let Some(fault) = H2Body::fault(&fault) {
+                let (status, why) = fault.answer();
+                return Err(Attempt::Fail(status, why));
             }
             if refused(&e) {
                 failed("the server refused the stream", false);
