@@ -25,6 +25,7 @@
 //! | `adc_server_active`, `adc_server_up` (1/0), `adc_server_enabled` (1 enabled, 0.5 draining, 0 disabled), `adc_server_reuse_ratio`, `adc_server_idle_connections` | `group`, `server` |
 //! | `adc_server_response_seconds` (histogram, time to response header) | `group`, `server` |
 //! | `adc_config_generation`, `adc_reloads_failed_total` | none |
+//! | `adc_access_log_dropped_total` (lines the writer was too far behind for), `adc_access_log_write_errors_total`, `adc_access_log_reopened_total` (rotations followed, `SIGUSR1`) | `log` (the file, `-` for standard output) |
 //! | `adc_compression_responses_total` | `virtual_server`, `codec` = `zstd` / `br` / `gzip` |
 //! | `adc_compression_whole_total` (of those, compressed in one call at the body's end) | `virtual_server`, `codec` |
 //! | `adc_compression_bytes_total` (into and out of the compressor) | `virtual_server`, `codec`, `direction` = `in` / `out` |
@@ -44,7 +45,9 @@ use std::pin::Pin;
 
 pub use headway_proxy::stats::{CertificateSnapshot, TlsSnapshot};
 use headway_proxy::stats::{HistogramSnapshot, LATENCY_BUCKETS};
-pub use headway_proxy::{AdcSnapshot, GroupSnapshot, ServerSnapshot, VirtualServerSnapshot};
+pub use headway_proxy::{
+    AccessLogSnapshot, AdcSnapshot, GroupSnapshot, ServerSnapshot, VirtualServerSnapshot,
+};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -473,6 +476,27 @@ impl Collector for AdcCollector {
             "Config reloads refused",
             &[(vec![], s.reloads_failed)],
         )?;
+        let log = |l: &AccessLogSnapshot| -> Labels { vec![("log", l.path.clone())] };
+        for (name, help, f) in [
+            (
+                "adc_access_log_dropped",
+                "Access log lines dropped because the writer was behind the disk",
+                (|l| l.dropped) as fn(&AccessLogSnapshot) -> u64,
+            ),
+            (
+                "adc_access_log_write_errors",
+                "Access log writes and flushes the file refused",
+                |l| l.write_errors,
+            ),
+            (
+                "adc_access_log_reopened",
+                "Times an access log file was opened again (rotated, deleted, or SIGUSR1)",
+                |l| l.reopened,
+            ),
+        ] {
+            let values: Vec<(Labels, u64)> = s.access_logs.iter().map(|l| (log(l), f(l))).collect();
+            counters(&mut enc, name, help, &values)?;
+        }
         compression_metrics(&mut enc, &s)?;
         tls_metrics(&mut enc, &s)?;
         crate::cache::metrics(&mut enc, &s)?;
@@ -1006,6 +1030,16 @@ pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
         writeln!(out)?;
         crate::cache::write_cache(out, c)?;
     }
+    if !s.access_logs.is_empty() {
+        writeln!(out)?;
+    }
+    for l in &s.access_logs {
+        writeln!(
+            out,
+            "access log {} ({}): {} line(s) dropped, {} write error(s), reopened {} time(s)",
+            l.path, l.format, l.dropped, l.write_errors, l.reopened
+        )?;
+    }
     Ok(())
 }
 
@@ -1094,6 +1128,13 @@ mod tests {
             generation: 3,
             reloads_failed: 1,
             cache: None,
+            access_logs: vec![AccessLogSnapshot {
+                path: "/var/log/headway/access.log".into(),
+                format: "json".into(),
+                dropped: 2,
+                write_errors: 0,
+                reopened: 1,
+            }],
             virtual_servers: vec![VirtualServerSnapshot {
                 name: "web".into(),
                 kind: "http".into(),
@@ -1253,6 +1294,8 @@ mod tests {
             "headway_adc_tls_versions_total{virtual_server=\"web\",version=\"1.3\"} 9",
             "headway_adc_tls_alpn_total{virtual_server=\"web\",protocol=\"h2\"} 2",
             "headway_adc_tls_certificate_not_after_seconds{certificate=\"www\"} 1798761600",
+            "headway_adc_access_log_dropped_total{log=\"/var/log/headway/access.log\"} 2",
+            "headway_adc_access_log_reopened_total{log=\"/var/log/headway/access.log\"} 1",
         ] {
             assert!(text.contains(line), "`{line}` not in:\n{text}");
         }
@@ -1298,6 +1341,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("rule mysite"), "{text}");
+        assert!(
+            text.contains("access log /var/log/headway/access.log (json): 2 line(s) dropped, 0 write error(s), reopened 1 time(s)"),
+            "{text}"
+        );
         assert!(text.contains("draining"), "{text}");
         assert!(text.contains("90%"), "{text}");
         assert!(

@@ -64,4 +64,6 @@ pub mod upstream;
 pub mod workers;
 
 pub use runtime::{ApplyError, Proxy, StateError};
-pub use stats::{AdcSnapshot, GroupSnapshot, ServerSnapshot, VirtualServerSnapshot};
+pub use stats::{
+    AccessLogSnapshot, AdcSnapshot, GroupSnapshot, ServerSnapshot, VirtualServerSnapshot,
+};

@@ -47,7 +47,7 @@ use crate::http::answer::Target;
 use crate::http::route::Router;
 use crate::http::{Slot, VsRuntime, VsShared};
 use crate::resolve::{Resolve, ResolveError, Resolved, SystemResolver};
-use crate::stats::{AdcSnapshot, GroupSnapshot, VirtualServerSnapshot};
+use crate::stats::{AccessLogSnapshot, AdcSnapshot, GroupSnapshot, VirtualServerSnapshot};
 use crate::tls::{Connector, Keys, Session, Terminator};
 use crate::upstream::Pool;
 use crate::workers::Workers;
@@ -331,6 +331,17 @@ impl Proxy {
         Ok(())
     }
 
+    /// Asks every access log to open its file again (`SIGUSR1`, after a rotation that copies
+    /// or a permission fix; a moved or deleted file is followed anyway, see
+    /// [`crate::http::access_log`]). Returns how many files were asked.
+    pub fn reopen_logs(&self) -> usize {
+        let lasting = self.shared.lasting.lock();
+        for l in &lasting.logs {
+            l.reopen();
+        }
+        lasting.logs.iter().filter(|l| l.path().is_some()).count()
+    }
+
     /// Configuration, state and counters of every virtual server, group and server.
     pub fn snapshot(&self) -> AdcSnapshot {
         let g = self.shared.current.load();
@@ -339,6 +350,26 @@ impl Proxy {
             reloads_failed: self.shared.reloads_failed.load(Ordering::Relaxed),
             certificates: crate::tls::certificates(&g.config),
             cache: g.cache.as_ref().map(|c| c.snapshot()),
+            access_logs: self
+                .shared
+                .lasting
+                .lock()
+                .logs
+                .iter()
+                .map(|l| AccessLogSnapshot {
+                    path: l
+                        .path()
+                        .map_or_else(|| "-".into(), |p| p.display().to_string()),
+                    format: match l.format() {
+                        headway_config::adc::AccessLogFormat::Combined => "combined",
+                        headway_config::adc::AccessLogFormat::Json => "json",
+                    }
+                    .into(),
+                    dropped: l.dropped(),
+                    write_errors: l.write_errors(),
+                    reopened: l.reopened(),
+                })
+                .collect(),
             virtual_servers: g
                 .virtual_servers
                 .iter()

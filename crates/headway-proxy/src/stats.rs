@@ -333,6 +333,24 @@ pub struct AdcSnapshot {
     /// The integrated cache (`[cache]`), if configured.
     #[serde(default)]
     pub cache: Option<crate::cache::CacheSnapshot>,
+    /// The access logs the virtual servers write (one per file).
+    #[serde(default)]
+    pub access_logs: Vec<AccessLogSnapshot>,
+}
+
+/// One access log (file or standard output) and what became of its lines.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AccessLogSnapshot {
+    /// The file, or `-` for standard output.
+    pub path: String,
+    /// `combined` or `json`.
+    pub format: String,
+    /// Lines dropped because the writer was behind the disk.
+    pub dropped: u64,
+    /// Writes and flushes the file refused (a full disk, an I/O error).
+    pub write_errors: u64,
+    /// Times the file was opened again: rotated (moved or deleted), or asked (`SIGUSR1`).
+    pub reopened: u64,
 }
 
 /// One virtual server.

@@ -346,6 +346,7 @@ fn serve(roles: Roles) -> Result<(), Failure> {
                     .map_err(|e| Failure::Usage(anyhow::Error::new(e)))?;
                 let handle = crate::adc::AdcHandle::new(proxy, path, text, cfg);
                 tokio::spawn(reload_on_hangup(handle.clone()));
+                tokio::spawn(reopen_logs_on_usr1(handle.clone()));
                 Some(handle)
             }
             None => None,
@@ -393,6 +394,25 @@ async fn reload_on_hangup(adc: crate::adc::AdcHandle) {
         if let Ok(r) = adc.reload().await {
             tracing::info!(generation = r.generation, "reloaded");
         }
+    }
+}
+
+/// Opens the access log files again on every SIGUSR1 (NGINX's signal for it: a `postrotate`
+/// step of logrotate's `copytruncate`-less rotation, or after a permission fix; a moved or
+/// deleted file is followed without it).
+async fn reopen_logs_on_usr1(adc: crate::adc::AdcHandle) {
+    let mut usr1 = match tokio::signal::unix::signal(
+        tokio::signal::unix::SignalKind::user_defined1(),
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGUSR1; moved access logs are still followed");
+            return;
+        }
+    };
+    while usr1.recv().await.is_some() {
+        let files = adc.proxy().reopen_logs();
+        tracing::info!(files, "SIGUSR1: reopening the access logs");
     }
 }
 

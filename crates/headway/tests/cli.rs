@@ -916,6 +916,46 @@ fn wanopt_mistakes_exit_64_with_one_line_before_ready() {
     assert!(plain.terminate().success());
 }
 
+/// An origin to put an ADC in front of, a directory for the ADC's config file, and the
+/// ports that config gets.
+struct AdcFront {
+    dir: TempDir,
+    /// `adc.toml` in `dir`.
+    cfg: PathBuf,
+    _origin: Running,
+    server: std::net::SocketAddr,
+    admin: u16,
+    listen: u16,
+    /// The admin API's address, as `ctl --admin` takes it.
+    admin_url: String,
+    /// The virtual server's address.
+    front: std::net::SocketAddr,
+}
+
+impl AdcFront {
+    fn start(name: &str) -> AdcFront {
+        let dir = TempDir::new(name);
+        let server: std::net::SocketAddr =
+            format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
+        let (admin, listen) = (free_port(false), free_port(false));
+        AdcFront {
+            cfg: dir.path().join("adc.toml"),
+            dir,
+            _origin: origin(server),
+            server,
+            admin,
+            listen,
+            admin_url: format!("127.0.0.1:{admin}"),
+            front: format!("127.0.0.1:{listen}").parse().unwrap(),
+        }
+    }
+
+    /// [`adc_config`] for these ports, with `extra` after the virtual server.
+    fn config(&self, extra: &str) -> String {
+        adc_config(self.admin, self.listen, self.server, extra)
+    }
+}
+
 /// The ADC config of the binary tests: one HTTP virtual server in front of `server`.
 fn adc_config(admin: u16, listen: u16, server: std::net::SocketAddr, extra: &str) -> String {
     format!(
@@ -929,14 +969,9 @@ fn adc_config(admin: u16, listen: u16, server: std::net::SocketAddr, extra: &str
 
 #[test]
 fn adc_serves_and_is_operated_live_through_ctl_sighup_and_the_admin_api() {
-    let dir = TempDir::new("adc");
-    let server: std::net::SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
-    let _origin = origin(server);
-    let (admin, listen) = (free_port(false), free_port(false));
-    let admin_url = format!("127.0.0.1:{admin}");
-    let front: std::net::SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
-    let cfg = dir.path().join("adc.toml");
-    std::fs::write(&cfg, adc_config(admin, listen, server, "")).unwrap();
+    let adc = AdcFront::start("adc");
+    let (cfg, admin_url, front) = (adc.cfg.clone(), adc.admin_url.clone(), adc.front);
+    std::fs::write(&cfg, adc.config("")).unwrap();
     let out = headway_ok(&["check", "-c", cfg.to_str().unwrap()]);
     assert!(out.contains("virtual server front (http)"), "{out}");
     let running = run_until_ready(&cfg);
@@ -974,10 +1009,7 @@ fn adc_serves_and_is_operated_live_through_ctl_sighup_and_the_admin_api() {
     // A new rule in the file, applied by SIGHUP.
     std::fs::write(
         &cfg,
-        adc_config(
-            admin,
-            listen,
-            server,
+        adc.config(
             "[[virtual_server.rule]]\nname = \"docs\"\npath_prefix = \"/files/\"\ngroup = \"web\"\n",
         ),
     )
@@ -1003,10 +1035,11 @@ fn adc_serves_and_is_operated_live_through_ctl_sighup_and_the_admin_api() {
     }
 
     // A bad config through ctl is refused with its line; generation 2 keeps running.
-    let bad = dir.path().join("bad.toml");
+    let bad = adc.dir.path().join("bad.toml");
     std::fs::write(
         &bad,
-        adc_config(admin, listen, server, "").replace("least-connection", "least-connections"),
+        adc.config("")
+            .replace("least-connection", "least-connections"),
     )
     .unwrap();
     let out = headway(&[
@@ -1036,16 +1069,88 @@ fn adc_serves_and_is_operated_live_through_ctl_sighup_and_the_admin_api() {
 }
 
 #[test]
+fn a_rotated_access_log_is_followed_without_a_signal_and_sigusr1_reopens_it() {
+    let adc = AdcFront::start("adc-log");
+    let (cfg, admin_url, front) = (adc.cfg.clone(), adc.admin_url.clone(), adc.front);
+    std::fs::write(&cfg, adc.config("access_log = \"access.log\"\n")).unwrap();
+    let running = run_until_ready(&cfg);
+    let log = adc.dir.path().join("access.log");
+    let rotated = adc.dir.path().join("access.log.1");
+    // Waits (bounded) until `path` holds a line for `uri`.
+    let logged = |path: &Path, uri: &str| {
+        let deadline = SystemClock::now() + Duration::from_secs(20);
+        loop {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            if text.contains(&format!("GET {uri} HTTP/1.1")) {
+                return text;
+            }
+            assert!(
+                SystemClock::now() < deadline,
+                "{uri} not in {}: {text}",
+                path.display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    assert_eq!(status(front, "/healthz?before"), 200);
+    logged(&log, "/healthz?before");
+
+    // logrotate's default: the file moved aside, no signal sent.
+    std::fs::rename(&log, &rotated).unwrap();
+    let deadline = SystemClock::now() + Duration::from_secs(20);
+    while !log.exists() {
+        assert!(
+            SystemClock::now() < deadline,
+            "the moved log was never followed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(status(front, "/healthz?after"), 200);
+    let now = logged(&log, "/healthz?after");
+    assert!(!now.contains("?before"), "{now}");
+    let old = std::fs::read_to_string(&rotated).unwrap();
+    assert!(old.contains("?before") && !old.contains("?after"), "{old}");
+
+    // SIGUSR1 reopens at once, and the process serves on.
+    let _ = Command::new("kill")
+        .args(["-USR1", &running.0.id().to_string()])
+        .status();
+    let deadline = SystemClock::now() + Duration::from_secs(20);
+    loop {
+        let json = headway_ok(&["ctl", "--admin", &admin_url, "adc", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        if v["access_logs"][0]["reopened"] == 2 {
+            assert!(
+                v["access_logs"][0]["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("access.log")),
+                "{json}"
+            );
+            break;
+        }
+        assert!(
+            SystemClock::now() < deadline,
+            "SIGUSR1 never reopened: {json}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(status(front, "/healthz?usr1"), 200);
+    logged(&log, "/healthz?usr1");
+    let table = headway_ok(&["ctl", "--admin", &admin_url, "adc"]);
+    assert!(
+        table.contains("(combined): 0 line(s) dropped, 0 write error(s), reopened 2 time(s)"),
+        "{table}"
+    );
+    assert_metrics(&admin_url, &["headway_adc_access_log_reopened_total{log="]);
+    assert!(running.terminate().success());
+}
+
+#[test]
 fn adc_cache_is_seen_and_purged_through_ctl_the_admin_api_and_metrics() {
-    let dir = TempDir::new("adc-cache");
-    let server: std::net::SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
-    let _origin = origin(server);
-    let (admin, listen) = (free_port(false), free_port(false));
-    let admin_url = format!("127.0.0.1:{admin}");
-    let front: std::net::SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
-    let cfg = dir.path().join("adc.toml");
+    let adc = AdcFront::start("adc-cache");
+    let (cfg, admin_url, front) = (adc.cfg.clone(), adc.admin_url.clone(), adc.front);
     let cache = "\n[cache]\ndefault_group = \"pages\"\n[[cache.group]]\nname = \"pages\"\n";
-    std::fs::write(&cfg, adc_config(admin, listen, server, cache)).unwrap();
+    std::fs::write(&cfg, adc.config(cache)).unwrap();
     let running = run_until_ready(&cfg);
     let group = |field: &str| -> u64 {
         let json = headway_ok(&["ctl", "--admin", &admin_url, "cache", "--json"]);
@@ -1164,18 +1269,14 @@ fn served_subject(addr: std::net::SocketAddr, name: &str) -> String {
 
 #[test]
 fn https_certificates_through_ctl_and_a_refused_reload_keeps_them() {
-    let dir = TempDir::new("adc-tls");
-    openssl_cert(dir.path(), "a", "a.example", "First");
-    let server: std::net::SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
-    let _origin = origin(server);
-    let (admin, listen) = (free_port(false), free_port(false));
-    let admin_url = format!("127.0.0.1:{admin}");
-    let front: std::net::SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
-    let cfg = dir.path().join("adc.toml");
+    let adc = AdcFront::start("adc-tls");
+    let (cfg, admin_url, front) = (adc.cfg.clone(), adc.admin_url.clone(), adc.front);
+    openssl_cert(adc.dir.path(), "a", "a.example", "First");
     let config = format!(
         "{}\n[virtual_server.tls]\ncertificates = [\"a\"]\n\n\
          [[certificate]]\nname = \"a\"\ncert_file = \"a.pem\"\nkey_file = \"a.key\"\n",
-        adc_config(admin, listen, server, "").replace("kind = \"http\"", "kind = \"https\"")
+        adc.config("")
+            .replace("kind = \"http\"", "kind = \"https\"")
     );
     std::fs::write(&cfg, &config).unwrap();
     let out = headway_ok(&["check", "-c", cfg.to_str().unwrap()]);
@@ -1227,8 +1328,8 @@ fn https_certificates_through_ctl_and_a_refused_reload_keeps_them() {
 
     // A broken certificate file: the reload is refused with the line that names it, and the
     // running certificate stays.
-    let good = std::fs::read_to_string(dir.path().join("a.pem")).unwrap();
-    std::fs::write(dir.path().join("a.pem"), "not a certificate\n").unwrap();
+    let good = std::fs::read_to_string(adc.dir.path().join("a.pem")).unwrap();
+    std::fs::write(adc.dir.path().join("a.pem"), "not a certificate\n").unwrap();
     let out = headway(&["ctl", "--admin", &admin_url, "config", "reload"]);
     assert!(!out.status.success());
     let err = text(&out.stderr);
@@ -1241,10 +1342,10 @@ fn https_certificates_through_ctl_and_a_refused_reload_keeps_them() {
     );
     assert!(err.contains("a.pem`: it holds no PEM certificate"), "{err}");
     assert!(served_subject(front, "a.example").contains("O = First"));
-    std::fs::write(dir.path().join("a.pem"), good).unwrap();
+    std::fs::write(adc.dir.path().join("a.pem"), good).unwrap();
 
     // A new certificate, applied by SIGHUP, serves new connections.
-    openssl_cert(dir.path(), "a", "a.example", "Second");
+    openssl_cert(adc.dir.path(), "a", "a.example", "Second");
     let _ = Command::new("kill")
         .args(["-HUP", &running.0.id().to_string()])
         .status();

@@ -372,7 +372,10 @@ pub struct VirtualServerSection {
     /// HTTP: header rules applied to responses before they go to the client.
     pub response_headers: Option<Spanned<HeaderRulesSection>>,
     /// Where the access log goes: a file path (relative to the config file), or `"-"` for
-    /// standard output. Default: none (no access log).
+    /// standard output. Default: none (no access log). Rotation needs no signal: a file moved
+    /// aside or deleted (logrotate's default) is noticed within a second and the path opened
+    /// again; `SIGUSR1` reopens at once. Lost lines show in `headway ctl adc` and
+    /// `adc_access_log_*` metrics.
     pub access_log: Option<Spanned<PathBuf>>,
     /// The access log's format: `"combined"` (Apache/NGINX combined log format) or `"json"`
     /// (one object per line; a gRPC call's line also has its `grpc_status`). Default:

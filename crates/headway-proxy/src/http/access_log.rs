@@ -6,16 +6,37 @@
 //! ([`Logger::dropped`]), never waited for. The writer thread buffers, and flushes whenever
 //! the channel runs empty, so lines appear within milliseconds at low load and in large writes
 //! at high load. Dropping the last [`Logger`] flushes and ends the thread.
+//!
+//! # Rotation
+//!
+//! A log file is rotated by moving it aside (logrotate's default, `mv access.log
+//! access.log.1`) or deleting it. Every [`ROTATION_CHECK`] the writer compares the file it
+//! writes with what the path names now (device and inode); when the path names another file
+//! or none, it flushes what it holds into the old file and opens the path again (creating
+//! it), so a rotation needs no `postrotate` signal and no line is lost or written to the
+//! moved file after the check. [`Logger::reopen`] (`SIGUSR1`, as NGINX does) reopens at once.
+//! A path that cannot be opened again (its directory gone, no permission) keeps the old file,
+//! with one warning per failure streak and another try at the next check. Writes the disk
+//! refuses (full, an I/O error) are counted ([`Logger::write_errors`]) and warned of once per
+//! failure streak.
 
+use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::net::IpAddr;
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use headway_config::adc::AccessLogFormat;
 use serde::Serialize;
+
+/// How often the writer checks whether its file was moved or deleted (see the module doc).
+pub const ROTATION_CHECK: Duration = Duration::from_secs(1);
+/// The writer's longest wait for a line: how late an asked reopen may come at the most.
+const POLL: Duration = Duration::from_millis(200);
 
 /// Lines buffered between the data path and the writer.
 const QUEUE: usize = 16 * 1024;
@@ -166,30 +187,41 @@ pub enum LogError {
 pub struct Logger {
     tx: SyncSender<String>,
     format: AccessLogFormat,
-    dropped: AtomicU64,
     target: Option<PathBuf>,
+    state: Arc<LogState>,
+}
+
+/// What the data path, the writer thread and the operator share.
+#[derive(Debug, Default)]
+struct LogState {
+    /// Lines dropped because the queue was full.
+    dropped: AtomicU64,
+    /// Writes and flushes the file refused (a full disk, an I/O error).
+    write_errors: AtomicU64,
+    /// The last write failed (one warning per failure streak).
+    failing: AtomicBool,
+    /// Times the file was opened again (rotated, deleted, or asked).
+    reopened: AtomicU64,
+    /// [`Logger::reopen`] was called and the writer has not done it yet.
+    reopen_asked: AtomicBool,
 }
 
 impl Logger {
     /// Opens `path` for appending (`None`: standard output) and starts the writer thread.
     pub fn open(path: Option<&Path>, format: AccessLogFormat) -> Result<Logger, LogError> {
-        let out: Box<dyn Write + Send> = match path {
-            None => Box::new(std::io::stdout()),
-            Some(p) => Box::new(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(p)
-                    .map_err(|source| LogError::Open {
-                        path: p.to_path_buf(),
-                        source,
-                    })?,
-            ),
+        let sink = match path {
+            None => Sink::Stdout(BufWriter::with_capacity(64 * 1024, std::io::stdout())),
+            Some(p) => Sink::File(LogFile::open(p).map_err(|source| LogError::Open {
+                path: p.to_path_buf(),
+                source,
+            })?),
         };
+        let state = Arc::new(LogState::default());
         let (tx, rx) = sync_channel(QUEUE);
+        let shared = state.clone();
         std::thread::Builder::new()
             .name("access-log".into())
-            .spawn(move || writer(rx, out))
+            .spawn(move || writer(rx, sink, &shared))
             .map_err(|source| LogError::Open {
                 path: path.map(Path::to_path_buf).unwrap_or_default(),
                 source,
@@ -197,8 +229,8 @@ impl Logger {
         Ok(Logger {
             tx,
             format,
-            dropped: AtomicU64::new(0),
             target: path.map(Path::to_path_buf),
+            state,
         })
     }
 
@@ -207,37 +239,190 @@ impl Logger {
         self.target.as_deref() == path && self.format == format
     }
 
+    /// The file written (`None`: standard output).
+    pub fn path(&self) -> Option<&Path> {
+        self.target.as_deref()
+    }
+
+    /// The format written.
+    pub fn format(&self) -> AccessLogFormat {
+        self.format
+    }
+
     /// Queues one line; drops it (counted) if the writer is far behind.
     pub fn write(&self, entry: Entry) {
         if self.tx.try_send(entry.render(self.format)).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.state.dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Asks the writer to open the file again (after its queued lines went to the old one),
+    /// within [`POLL`]; nothing for standard output.
+    pub fn reopen(&self) {
+        self.state.reopen_asked.store(true, Ordering::Relaxed);
     }
 
     /// Lines dropped because the writer was behind.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.state.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Writes and flushes of the file that failed (a full disk, an I/O error).
+    pub fn write_errors(&self) -> u64 {
+        self.state.write_errors.load(Ordering::Relaxed)
+    }
+
+    /// Times the file was opened again since the logger started.
+    pub fn reopened(&self) -> u64 {
+        self.state.reopened.load(Ordering::Relaxed)
     }
 }
 
-fn writer(rx: Receiver<String>, out: Box<dyn Write + Send>) {
-    let mut out = BufWriter::with_capacity(64 * 1024, out);
+/// Where the writer writes.
+enum Sink {
+    Stdout(BufWriter<std::io::Stdout>),
+    File(LogFile),
+}
+
+/// An open log file and what identifies it on disk.
+struct LogFile {
+    path: PathBuf,
+    out: BufWriter<File>,
+    /// Device and inode of the open file.
+    id: (u64, u64),
+    last_check: Instant,
+    /// A reopen failed and has not succeeded since (one warning per streak).
+    failing: bool,
+}
+
+impl LogFile {
+    fn open(path: &Path) -> std::io::Result<LogFile> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        let m = file.metadata()?;
+        Ok(LogFile {
+            path: path.to_path_buf(),
+            out: BufWriter::with_capacity(64 * 1024, file),
+            id: (m.dev(), m.ino()),
+            last_check: headway_core::SystemClock::now(),
+            failing: false,
+        })
+    }
+
+    /// Why the file should be opened again, if it should: the path names another file, or
+    /// none (see the module doc).
+    fn moved(&self) -> Option<&'static str> {
+        match std::fs::metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) != self.id => Some("the path names another file"),
+            Ok(_) => None,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Some("the file was moved or deleted")
+            }
+            // Unreadable for now (a permission change): keep writing where we are.
+            Err(_) => None,
+        }
+    }
+
+    /// Checks for a rotation when one is due or `asked`, and opens the path again if so.
+    /// Returns whether it did.
+    fn follow(&mut self, asked: bool) -> bool {
+        if !asked
+            && headway_core::SystemClock::now().saturating_duration_since(self.last_check)
+                < ROTATION_CHECK
+        {
+            return false;
+        }
+        self.last_check = headway_core::SystemClock::now();
+        let why = if asked {
+            "asked"
+        } else {
+            match self.moved() {
+                Some(why) => why,
+                None => return false,
+            }
+        };
+        // What is buffered belongs to the file it was written for.
+        let _ = self.out.flush();
+        match LogFile::open(&self.path) {
+            Ok(next) => {
+                tracing::info!(path = %self.path.display(), reason = why, "access log reopened");
+                *self = next;
+                true
+            }
+            Err(e) => {
+                if !self.failing {
+                    tracing::warn!(path = %self.path.display(), error = %e, "cannot reopen the access log; writing to the file already open");
+                }
+                self.failing = true;
+                false
+            }
+        }
+    }
+}
+
+impl Sink {
+    fn write_all(&mut self, line: &str, state: &LogState) {
+        let r = match self {
+            Sink::Stdout(out) => out.write_all(line.as_bytes()),
+            Sink::File(f) => f.out.write_all(line.as_bytes()),
+        };
+        state.outcome(r);
+    }
+
+    fn flush(&mut self, state: &LogState) {
+        let r = match self {
+            Sink::Stdout(out) => out.flush(),
+            Sink::File(f) => f.out.flush(),
+        };
+        state.outcome(r);
+    }
+
+    /// Follows a rotation (files only; see [`LogFile::follow`]).
+    fn follow(&mut self, state: &LogState) {
+        let asked = state.reopen_asked.swap(false, Ordering::Relaxed);
+        if let Sink::File(f) = self {
+            if f.follow(asked) {
+                state.reopened.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl LogState {
+    /// Counts a failed write or flush, warning once per failure streak.
+    fn outcome(&self, r: std::io::Result<()>) {
+        match r {
+            Ok(()) => self.failing.store(false, Ordering::Relaxed),
+            Err(e) => {
+                self.write_errors.fetch_add(1, Ordering::Relaxed);
+                if !self.failing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(error = %e, "the access log cannot be written");
+                }
+            }
+        }
+    }
+}
+
+fn writer(rx: Receiver<String>, mut sink: Sink, state: &LogState) {
     loop {
-        match rx.recv_timeout(Duration::from_millis(200)) {
+        match rx.recv_timeout(POLL) {
             Ok(line) => {
-                let _ = out.write_all(line.as_bytes());
+                sink.write_all(&line, state);
                 // Drain what is queued, then flush once.
                 while let Ok(line) = rx.try_recv() {
-                    let _ = out.write_all(line.as_bytes());
+                    sink.write_all(&line, state);
                 }
-                let _ = out.flush();
+                sink.flush(state);
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => {
-                let _ = out.flush();
+                sink.flush(state);
                 return;
             }
         }
+        sink.follow(state);
     }
 }
 
@@ -298,6 +483,40 @@ mod tests {
         assert_eq!(v["request_id"], "0af3\"x");
     }
 
+    /// Waits (bounded) until `path` holds `n` lines, and returns them.
+    fn lines_in(path: &Path, n: usize) -> Vec<String> {
+        let deadline = headway_core::SystemClock::now() + Duration::from_secs(10);
+        loop {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let lines: Vec<String> = text.lines().map(str::to_string).collect();
+            if lines.len() >= n || headway_core::SystemClock::now() > deadline {
+                assert_eq!(lines.len(), n, "{}: {text}", path.display());
+                return lines;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits (bounded) until the writer made `path` again.
+    fn made_again(path: &Path) {
+        let deadline = headway_core::SystemClock::now() + Duration::from_secs(10);
+        while !path.exists() {
+            assert!(
+                headway_core::SystemClock::now() < deadline,
+                "{} never made again",
+                path.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn numbered(i: u32) -> Entry {
+        Entry {
+            uri: format!("/{i}"),
+            ..entry()
+        }
+    }
+
     #[test]
     fn lines_reach_the_file() {
         let dir = tempfile::tempdir().unwrap();
@@ -306,15 +525,79 @@ mod tests {
         log.write(entry());
         log.write(entry());
         drop(log);
-        // The writer thread flushes when the channel closes; wait for it (bounded).
-        let deadline = headway_core::SystemClock::now() + Duration::from_secs(5);
-        loop {
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            if text.lines().count() == 2 || headway_core::SystemClock::now() > deadline {
-                assert_eq!(text.lines().count(), 2, "{text}");
-                break;
-            }
-            std::thread::yield_now();
+        // The writer thread flushes when the channel closes.
+        lines_in(&path, 2);
+    }
+
+    #[test]
+    fn a_moved_file_is_followed_by_a_new_one_at_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        let moved = dir.path().join("access.log.1");
+        let log = Logger::open(Some(&path), AccessLogFormat::Combined).unwrap();
+        for i in 0..3 {
+            log.write(numbered(i));
         }
+        lines_in(&path, 3);
+        // logrotate's default: move the file aside, no signal.
+        std::fs::rename(&path, &moved).unwrap();
+        made_again(&path);
+        for i in 3..5 {
+            log.write(numbered(i));
+        }
+        let new = lines_in(&path, 2);
+        assert!(
+            new[0].contains("GET /3 ") && new[1].contains("GET /4 "),
+            "{new:?}"
+        );
+        let old = lines_in(&moved, 3);
+        assert!(old[2].contains("GET /2 "), "{old:?}");
+        assert_eq!(
+            (log.reopened(), log.dropped(), log.write_errors()),
+            (1, 0, 0)
+        );
+    }
+
+    #[test]
+    fn a_deleted_file_is_made_again_and_a_reopen_can_be_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        let log = Logger::open(Some(&path), AccessLogFormat::Json).unwrap();
+        log.write(numbered(0));
+        lines_in(&path, 1);
+        std::fs::remove_file(&path).unwrap();
+        made_again(&path);
+        log.write(numbered(1));
+        assert!(lines_in(&path, 1)[0].contains("\"uri\":\"/1\""));
+        // Asked (SIGUSR1): the same path opened again at once, appending.
+        log.reopen();
+        let deadline = headway_core::SystemClock::now() + Duration::from_secs(10);
+        while log.reopened() < 2 {
+            assert!(
+                headway_core::SystemClock::now() < deadline,
+                "reopen never done"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        log.write(numbered(2));
+        lines_in(&path, 2);
+    }
+
+    #[test]
+    fn a_path_that_cannot_be_opened_again_keeps_the_open_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path().join("logs");
+        std::fs::create_dir(&logs).unwrap();
+        let path = logs.join("access.log");
+        let log = Logger::open(Some(&path), AccessLogFormat::Json).unwrap();
+        log.write(numbered(0));
+        lines_in(&path, 1);
+        // The whole directory moved: the path cannot be made again.
+        let gone = dir.path().join("logs.old");
+        std::fs::rename(&logs, &gone).unwrap();
+        std::thread::sleep(ROTATION_CHECK + POLL * 2);
+        log.write(numbered(1));
+        lines_in(&gone.join("access.log"), 2);
+        assert_eq!(log.reopened(), 0);
     }
 }
