@@ -13,8 +13,9 @@ set -euo pipefail
 # HTTPS and HTTP/2 over TLS there. The proxy's TLS provider (aws-lc-rs) builds its C code with
 # build-essential's compiler alone on x86_64 Linux: no cmake, clang or nasm is needed.
 # python3-grpcio: real gRPC peers (client and server) for the tests of gRPC through the ADC.
+# logrotate: the packaged rotation file (packaging/logrotate) run against a live access log.
 packages=(iproute2 nftables ethtool iperf3 iputils-ping procps util-linux wrk curl ca-certificates build-essential pkg-config
-  haproxy nginx libnginx-mod-stream nghttp2-client varnish openssl python3-grpcio)
+  haproxy nginx libnginx-mod-stream nghttp2-client varnish openssl python3-grpcio logrotate)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

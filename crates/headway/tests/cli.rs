@@ -1076,37 +1076,14 @@ fn a_rotated_access_log_is_followed_without_a_signal_and_sigusr1_reopens_it() {
     let running = run_until_ready(&cfg);
     let log = adc.dir.path().join("access.log");
     let rotated = adc.dir.path().join("access.log.1");
-    // Waits (bounded) until `path` holds a line for `uri`.
-    let logged = |path: &Path, uri: &str| {
-        let deadline = SystemClock::now() + Duration::from_secs(20);
-        loop {
-            let text = std::fs::read_to_string(path).unwrap_or_default();
-            if text.contains(&format!("GET {uri} HTTP/1.1")) {
-                return text;
-            }
-            assert!(
-                SystemClock::now() < deadline,
-                "{uri} not in {}: {text}",
-                path.display()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
     assert_eq!(status(front, "/healthz?before"), 200);
-    logged(&log, "/healthz?before");
+    wait_logged(&log, "/healthz?before");
 
     // logrotate's default: the file moved aside, no signal sent.
     std::fs::rename(&log, &rotated).unwrap();
-    let deadline = SystemClock::now() + Duration::from_secs(20);
-    while !log.exists() {
-        assert!(
-            SystemClock::now() < deadline,
-            "the moved log was never followed"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_made(&log);
     assert_eq!(status(front, "/healthz?after"), 200);
-    let now = logged(&log, "/healthz?after");
+    let now = wait_logged(&log, "/healthz?after");
     assert!(!now.contains("?before"), "{now}");
     let old = std::fs::read_to_string(&rotated).unwrap();
     assert!(old.contains("?before") && !old.contains("?after"), "{old}");
@@ -1135,13 +1112,143 @@ fn a_rotated_access_log_is_followed_without_a_signal_and_sigusr1_reopens_it() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(status(front, "/healthz?usr1"), 200);
-    logged(&log, "/healthz?usr1");
+    wait_logged(&log, "/healthz?usr1");
     let table = headway_ok(&["ctl", "--admin", &admin_url, "adc"]);
     assert!(
         table.contains("(combined): 0 line(s) dropped, 0 write error(s), reopened 2 time(s)"),
         "{table}"
     );
     assert_metrics(&admin_url, &["headway_adc_access_log_reopened_total{log="]);
+    assert!(running.terminate().success());
+}
+
+/// Waits (bounded) until the access log at `path` has a line for a GET of `uri`; its text.
+fn wait_logged(path: &Path, uri: &str) -> String {
+    let deadline = SystemClock::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(&format!("GET {uri} HTTP/1.1")) {
+            return text;
+        }
+        assert!(
+            SystemClock::now() < deadline,
+            "{uri} not in {}: {text}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits (bounded) until a moved or deleted access log at `path` is made again.
+fn wait_made(path: &Path) {
+    let deadline = SystemClock::now() + Duration::from_secs(20);
+    while !path.exists() {
+        assert!(
+            SystemClock::now() < deadline,
+            "{} was never made again",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A command line of `packaging/`'s unit (`Exec…=` value), split into its words.
+fn exec_words(unit: &str, key: &str) -> Vec<Vec<String>> {
+    unit.lines()
+        .filter_map(|l| l.strip_prefix(key))
+        .map(|v| v.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+#[test]
+fn the_packaged_service_unit_verifies_and_its_logrotate_file_rotates_a_running_log() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let adc = AdcFront::start("packaging");
+    std::fs::create_dir(adc.dir.path().join("log")).unwrap();
+    std::fs::write(&adc.cfg, adc.config("access_log = \"log/front.log\"\n")).unwrap();
+    let cfg = adc.cfg.to_str().unwrap();
+
+    // The unit with its paths pointed at this build and config: systemd's own check of it,
+    // and its commands run as written.
+    let unit = std::fs::read_to_string(repo.join("packaging/systemd/headway.service"))
+        .unwrap()
+        .replace("/usr/local/bin/headway", bin())
+        .replace("/etc/headway/headway.toml", cfg);
+    let unit_path = adc.dir.path().join("headway.service");
+    std::fs::write(&unit_path, &unit).unwrap();
+    match Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&unit_path)
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success(),
+            "systemd-analyze verify: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        ),
+        Err(e) => eprintln!("skipping systemd-analyze verify (not installed: {e})"),
+    }
+    let checks: Vec<Vec<String>> = exec_words(&unit, "ExecStartPre=")
+        .into_iter()
+        .chain(exec_words(&unit, "ExecReload=").into_iter().take(1))
+        .collect();
+    assert_eq!(checks.len(), 2, "{unit}");
+    for argv in checks {
+        assert_eq!(argv[..2], [bin(), "check"], "{argv:?}");
+        let out = Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
+        assert!(out.status.success(), "{argv:?}: {}", text(&out.stderr));
+    }
+    let start = exec_words(&unit, "ExecStart=").remove(0);
+    assert_eq!(start[..4], [bin(), "run", "-c", cfg], "{start:?}");
+    let child = Command::new(&start[0])
+        .args(&start[1..])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut running = Running(child);
+    wait_for_ready(&mut running.0);
+
+    // logrotate with the packaged file, pointed at this log directory: forced, with a state
+    // file of its own; no signal is sent.
+    let log = adc.dir.path().join("log/front.log");
+    assert_eq!(status(adc.front, "/healthz?before"), 200);
+    wait_logged(&log, "/healthz?before");
+    let conf = std::fs::read_to_string(repo.join("packaging/logrotate/headway"))
+        .unwrap()
+        .replace(
+            "/var/log/headway",
+            adc.dir.path().join("log").to_str().unwrap(),
+        );
+    let conf_path = adc.dir.path().join("logrotate.conf");
+    std::fs::write(&conf_path, conf).unwrap();
+    match Command::new("logrotate")
+        .arg("-f")
+        .arg("-s")
+        .arg(adc.dir.path().join("logrotate.state"))
+        .arg(&conf_path)
+        .output()
+    {
+        Ok(out) => {
+            assert!(out.status.success(), "logrotate: {}", text(&out.stderr));
+            let rotated = adc.dir.path().join("log/front.log.1");
+            assert!(
+                std::fs::read_to_string(&rotated)
+                    .unwrap()
+                    .contains("?before"),
+                "delaycompress leaves the moved file as it was"
+            );
+            wait_made(&log);
+            assert_eq!(status(adc.front, "/healthz?after"), 200);
+            let now = wait_logged(&log, "/healthz?after");
+            assert!(!now.contains("?before"), "{now}");
+            assert!(!std::fs::read_to_string(&rotated)
+                .unwrap()
+                .contains("?after"));
+        }
+        Err(e) => eprintln!("skipping the logrotate run (not installed: {e})"),
+    }
     assert!(running.terminate().success());
 }
 
