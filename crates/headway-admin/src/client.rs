@@ -169,6 +169,16 @@ impl Client {
         self.json("GET", "/api/v1/wanopt/stats", Body::None)
     }
 
+    /// `GET /api/v1/wanopt/flows`, as JSON.
+    pub fn wanopt_flows_json(&self) -> Result<serde_json::Value, ClientError> {
+        self.json("GET", "/api/v1/wanopt/flows", Body::None)
+    }
+
+    /// `GET /api/v1/wanopt/flows`.
+    pub fn wanopt_flows(&self) -> Result<Vec<crate::wanopt::WanoptFlow>, ClientError> {
+        self.json("GET", "/api/v1/wanopt/flows", Body::None)
+    }
+
     /// `GET /api/v1/adc`.
     pub fn adc(&self) -> Result<AdcSnapshot, ClientError> {
         self.json("GET", "/api/v1/adc", Body::None)

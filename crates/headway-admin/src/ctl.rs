@@ -164,6 +164,13 @@ pub enum WanoptCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The flows carried now: direction, peer, class, client, destination, age, LAN and WAN
+    /// bytes both ways, data reduction, and whether each is optimized or passed through (why).
+    Flows {
+        /// Print the API's JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `headway ctl link …`.
@@ -243,6 +250,13 @@ pub fn run_to(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         }
         CtlCommand::Wanopt(WanoptCommand::Stats { json: false }) => {
             crate::wanopt::write_stats(out, &client.wanopt_stats()?)?;
+        }
+        CtlCommand::Wanopt(WanoptCommand::Flows { json: true }) => {
+            let v = client.wanopt_flows_json()?;
+            writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        }
+        CtlCommand::Wanopt(WanoptCommand::Flows { json: false }) => {
+            crate::wanopt::write_flows(out, &client.wanopt_flows()?)?;
         }
         CtlCommand::Adc { json: true } => {
             writeln!(

@@ -57,6 +57,6 @@ pub use ctl::{
 };
 pub use server::{router, serve, AdminState, BODY_LIMIT, CONFIG_LIMIT, OPENMETRICS_CONTENT_TYPE};
 pub use wanopt::{
-    write_stats, WanoptCollector, WanoptControl, WanoptGroup, WanoptPath, WanoptStats, WanoptStore,
-    WanoptTunnel,
+    write_flows, write_stats, WanoptCollector, WanoptControl, WanoptFlow, WanoptGroup, WanoptPath,
+    WanoptStats, WanoptStore, WanoptTunnel,
 };

@@ -145,6 +145,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/v1/links", get(list_links))
         .route("/api/v1/links/{name}", get(show_link).put(set_link))
         .route("/api/v1/wanopt/stats", get(wanopt_stats))
+        .route("/api/v1/wanopt/flows", get(wanopt_flows))
         .route("/wanopt/stats", get(wanopt_stats))
         .route("/api/v1/adc", get(adc_snapshot))
         .route("/api/v1/certificates", get(certificates))
@@ -308,12 +309,23 @@ async fn set_link(
 async fn wanopt_stats(State(state): State<AdminState>) -> Response {
     match &state.wanopt {
         Some(w) => Json(w.stats()).into_response(),
-        None => error(
-            StatusCode::NOT_FOUND,
-            "no WAN optimizer runs in this instance: add a [wanopt] section to its config file \
-             and restart `headway run`",
-        ),
+        None => no_wanopt(),
     }
+}
+
+async fn wanopt_flows(State(state): State<AdminState>) -> Response {
+    match &state.wanopt {
+        Some(w) => Json(w.flows()).into_response(),
+        None => no_wanopt(),
+    }
+}
+
+fn no_wanopt() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "no WAN optimizer runs in this instance: add a [wanopt] section to its config file and \
+         restart `headway run`",
+    )
 }
 
 fn no_adc() -> Response {
@@ -528,7 +540,7 @@ async fn no_route(method: Method, uri: Uri) -> Response {
         StatusCode::NOT_FOUND,
         format!(
             "no route {method} {}; routes: GET /healthz, GET /metrics, GET /api/v1/links, \
-             GET|PUT /api/v1/links/{{name}}, GET /api/v1/wanopt/stats, GET /api/v1/adc, \
+             GET|PUT /api/v1/links/{{name}}, GET /api/v1/wanopt/stats, GET /api/v1/wanopt/flows, GET /api/v1/adc, \
              GET /api/v1/certificates, GET|PUT /api/v1/adc/groups/{{group}}/servers/{{server}}, GET|PUT /api/v1/config, \
              POST /api/v1/config/reload, GET /api/v1/cache, POST /api/v1/cache/purge?url=|prefix=|group=|all=true[&host=]",
             uri.path()

@@ -1,6 +1,7 @@
 //! The WAN-optimizer appliance as the admin API sees it: the contract with whatever runs it
 //! ([`WanoptControl`]), the JSON shape of its counters ([`WanoptStats`]), their Prometheus
-//! collector ([`WanoptCollector`]) and the `headway ctl wanopt stats` table ([`write_stats`]).
+//! collector ([`WanoptCollector`]), the `headway ctl wanopt stats` table ([`write_stats`]) and
+//! the live flow table ([`WanoptFlow`], [`write_flows`]).
 //!
 //! This crate does not depend on the appliance (`headway-wanopt`): the binary implements
 //! [`WanoptControl`] by copying the appliance's snapshot into [`WanoptStats`]. Metrics are
@@ -36,6 +37,40 @@ use serde::{Deserialize, Serialize};
 pub trait WanoptControl: Send + Sync + 'static {
     /// A snapshot of the appliance's counters.
     fn stats(&self) -> WanoptStats;
+    /// The flows the appliance carries now, oldest first.
+    fn flows(&self) -> Vec<WanoptFlow> {
+        Vec::new()
+    }
+}
+
+/// One live flow: `GET /api/v1/wanopt/flows`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WanoptFlow {
+    /// Its number on this appliance.
+    pub id: u64,
+    /// `outbound` (a local client connected here) or `inbound` (the peer opened it).
+    pub direction: String,
+    /// The peer's configured name.
+    pub peer: String,
+    /// Its service class.
+    pub class: String,
+    /// The local client, for outbound flows.
+    pub client: Option<String>,
+    /// Where it goes.
+    pub destination: String,
+    /// Seconds since it started.
+    pub age_seconds: f64,
+    /// `None`: optimized through the tunnel; otherwise why it goes direct.
+    pub passed_through: Option<String>,
+    /// Bytes read from the local socket.
+    pub lan_in: u64,
+    /// Bytes written to the local socket.
+    pub lan_out: u64,
+    /// Bytes read from the tunnel.
+    pub wan_in: u64,
+    /// Bytes written to the tunnel.
+    pub wan_out: u64,
 }
 
 /// The appliance's counters: `GET /api/v1/wanopt/stats`.
@@ -436,6 +471,57 @@ fn gauges<G: EncodeGaugeValue>(
     Ok(())
 }
 
+/// The `headway ctl wanopt flows` table: one row per live flow, with its data reduction (LAN
+/// bytes over WAN bytes, both ways).
+pub fn write_flows(out: &mut dyn Write, flows: &[WanoptFlow]) -> std::io::Result<()> {
+    if flows.is_empty() {
+        return writeln!(out, "no flows");
+    }
+    let mut rows = vec![[
+        "ID",
+        "DIR",
+        "PEER",
+        "CLASS",
+        "CLIENT",
+        "DESTINATION",
+        "AGE",
+        "LAN IN",
+        "LAN OUT",
+        "WAN IN",
+        "WAN OUT",
+        "REDUCTION",
+        "STATE",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for f in flows {
+        let (lan, wan) = (f.lan_in + f.lan_out, f.wan_in + f.wan_out);
+        rows.push(vec![
+            f.id.to_string(),
+            f.direction.clone(),
+            f.peer.clone(),
+            f.class.clone(),
+            f.client.clone().unwrap_or_else(|| "-".into()),
+            f.destination.clone(),
+            format!("{:.0}s", f.age_seconds),
+            f.lan_in.to_string(),
+            f.lan_out.to_string(),
+            f.wan_in.to_string(),
+            f.wan_out.to_string(),
+            if wan > 0 {
+                format!("{:.2}×", lan as f64 / wan as f64)
+            } else {
+                "-".into()
+            },
+            match &f.passed_through {
+                None => "optimized".into(),
+                Some(r) => format!("passed through: {r}"),
+            },
+        ]);
+    }
+    crate::adc::table(out, &rows)
+}
+
 /// The `headway ctl wanopt stats` table: one line per peer and class, a total line when there
 /// are several, then one line per store and the tunnel's counters.
 pub fn write_stats(out: &mut dyn Write, s: &WanoptStats) -> std::io::Result<()> {
@@ -605,6 +691,61 @@ fn write_rows(out: &mut dyn Write, rows: &[Vec<String>]) -> std::io::Result<()> 
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_flow_table_gives_each_flow_its_reduction_and_state() {
+        let flows = [
+            WanoptFlow {
+                id: 7,
+                direction: "outbound".into(),
+                peer: "dc".into(),
+                class: "dedup-disk".into(),
+                client: Some("10.1.0.5:40000".into()),
+                destination: "10.2.0.9:445".into(),
+                age_seconds: 12.4,
+                passed_through: None,
+                lan_in: 900,
+                lan_out: 3000,
+                wan_in: 1000,
+                wan_out: 300,
+            },
+            WanoptFlow {
+                id: 8,
+                direction: "outbound".into(),
+                peer: "dc".into(),
+                class: "dedup-disk".into(),
+                client: Some("10.1.0.5:40001".into()),
+                destination: "10.2.0.9:80".into(),
+                passed_through: Some("timeout".into()),
+                lan_in: 10,
+                ..WanoptFlow::default()
+            },
+        ];
+        let mut out = Vec::new();
+        write_flows(&mut out, &flows).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(
+            lines[0].starts_with("ID") && lines[0].contains("REDUCTION"),
+            "{text}"
+        );
+        for cell in [
+            "10.1.0.5:40000",
+            "10.2.0.9:445",
+            "12s",
+            "3.00×",
+            "optimized",
+        ] {
+            assert!(lines[1].contains(cell), "{cell} not in {text}");
+        }
+        assert!(lines[2].contains("passed through: timeout"), "{text}");
+        assert!(lines[2].split_whitespace().any(|c| c == "-"), "{text}");
+        let mut out = Vec::new();
+        write_flows(&mut out, &[]).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "no flows\n");
+    }
+
     use super::*;
     use prometheus_client::registry::Registry;
     use std::sync::Arc;

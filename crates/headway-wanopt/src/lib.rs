@@ -78,6 +78,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod flows;
 pub mod intercept;
 pub mod pump;
 pub mod stats;
@@ -99,10 +100,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, debug_span, warn, Instrument};
 
+pub use flows::{Direction, FlowSnapshot};
 pub use intercept::{InterceptConfig, InterceptError, InterceptRule};
 pub use pump::PumpError;
 pub use stats::{ApplianceStats, GroupStats, Stats, StoreUsage};
 
+use crate::flows::{Counted, FlowBytes, FlowInfo, Meter};
 use crate::intercept::{Installed, Intercept, INTERCEPTED};
 use crate::pump::FlowCodec;
 use crate::stats::Counters;
@@ -206,6 +209,8 @@ struct Shared {
     stores: Stores,
     key: DedupKey,
     stats: Stats,
+    /// The flows carried now.
+    flows: flows::Flows,
     retry_after: Duration,
     /// Per peer (by index): the zstd level of flows towards it (`pump::zstd_level_for` its
     /// link rate).
@@ -278,6 +283,7 @@ impl Appliance {
             stores,
             key: cfg.dedup_key,
             stats: Stats::default(),
+            flows: flows::Flows::default(),
             retry_after: cfg.retry_after,
             levels: cfg
                 .peers
@@ -365,6 +371,11 @@ impl Appliance {
     /// The measured loss of each configured peer's path (empty without FEC).
     pub fn tunnel_paths(&self) -> Vec<headway_tunnel::PathLoss> {
         self.shared.endpoint.path_loss()
+    }
+
+    /// The flows carried now, oldest first, each with its own bytes (see [`flows`]).
+    pub fn flows(&self) -> Vec<FlowSnapshot> {
+        self.shared.flows.snapshot()
     }
 
     /// A snapshot of the counters and of the stores' usage.
@@ -537,7 +548,22 @@ async fn serve_intercept(shared: Arc<Shared>, intercept: Intercept) {
                     None => (stats::NO_PEER, "no_rule"),
                 };
                 let c = shared.stats.group(peer, ServiceClass::PassThrough);
-                tokio::spawn(async move { fail_open(tcp, dst, reason, &c).await }.instrument(span));
+                let info = FlowInfo {
+                    direction: Direction::Outbound,
+                    peer: peer.to_owned(),
+                    class: ServiceClass::PassThrough,
+                    client: Some(client),
+                    destination: dst,
+                    passed_through: Some(reason),
+                };
+                let shared = shared.clone();
+                tokio::spawn(
+                    async move {
+                        let flow = shared.flows.register(info);
+                        fail_open(tcp, dst, reason, &c, &flow.bytes).await;
+                    }
+                    .instrument(span),
+                );
                 continue;
             }
         };
@@ -586,11 +612,20 @@ struct Route {
 /// One client connection (explicit or intercepted): through the tunnel, or direct if the
 /// peer fails.
 async fn outbound_flow(shared: Arc<Shared>, route: Route, tcp: TcpStream, counters: Arc<Counters>) {
+    let flow = shared.flows.register(FlowInfo {
+        direction: Direction::Outbound,
+        peer: shared.peer_name(route.peer).to_owned(),
+        class: route.class,
+        client: tcp.peer_addr().ok(),
+        destination: route.destination,
+        passed_through: None,
+    });
     let conn = match shared.connect(route.peer).await {
         Ok(c) => c,
         Err(reason) => {
             debug!(reason, "failing open");
-            return fail_open(tcp, route.destination, reason, &counters).await;
+            flow.pass_through(reason);
+            return fail_open(tcp, route.destination, reason, &counters, &flow.bytes).await;
         }
     };
     let header = FlowHeader {
@@ -602,21 +637,32 @@ async fn outbound_flow(shared: Arc<Shared>, route: Route, tcp: TcpStream, counte
         Ok(s) => s,
         Err(e) => {
             debug!(error = %e, "opening the flow failed, failing open");
-            return fail_open(tcp, route.destination, "flow", &counters).await;
+            flow.pass_through("flow");
+            return fail_open(tcp, route.destination, "flow", &counters, &flow.bytes).await;
         }
     };
     Counters::add(&counters.flows_optimized, 1);
     let codec = shared.codec(route.class, route.peer);
-    if let Err(e) = pump::pump(tcp, send, recv, codec, conn.write_meter(), &counters).await {
+    let meter = Meter {
+        group: &counters,
+        flow: &flow.bytes,
+    };
+    if let Err(e) = pump::pump(tcp, send, recv, codec, conn.write_meter(), meter).await {
         Counters::add(&counters.flows_failed, 1);
         debug!(error = %e, "flow reset");
     }
 }
 
-/// Connects the client straight to `target` and copies bytes both ways.
-async fn fail_open(client: TcpStream, target: SocketAddr, reason: &'static str, c: &Counters) {
+/// Connects the client straight to `target` and copies bytes both ways, counting them into
+/// the flow's `bytes` as they go and into the group's `c` once the flow completed.
+async fn fail_open(
+    client: TcpStream,
+    target: SocketAddr,
+    reason: &'static str,
+    c: &Counters,
+    bytes: &FlowBytes,
+) {
     c.passed_through(reason);
-    let mut client = client;
     let mut server = match TcpStream::connect(target).await {
         Ok(s) => s,
         Err(e) => {
@@ -628,7 +674,13 @@ async fn fail_open(client: TcpStream, target: SocketAddr, reason: &'static str, 
     pump::arm_reset(&server);
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
-    match tokio::io::copy_bidirectional(&mut client, &mut server).await {
+    let mut counted = Counted {
+        inner: client,
+        bytes,
+    };
+    let copied = tokio::io::copy_bidirectional(&mut counted, &mut server).await;
+    let client = counted.inner;
+    match copied {
         Ok((up, down)) => {
             // Both directions ended with a FIN passed on: the flow is complete.
             pump::disarm_reset(&client);
@@ -701,8 +753,20 @@ async fn inbound_flow(shared: Arc<Shared>, flow: InboundFlow) {
         }
     };
     Counters::add(&counters.flows_optimized, 1);
+    let flow = shared.flows.register(FlowInfo {
+        direction: Direction::Inbound,
+        peer: shared.peer_name(peer).to_owned(),
+        class: header.class,
+        client: None,
+        destination: dest,
+        passed_through: None,
+    });
     let codec = shared.codec(header.class, peer);
-    if let Err(e) = pump::pump(tcp, send, recv, codec, meter, &counters).await {
+    let counted = Meter {
+        group: &counters,
+        flow: &flow.bytes,
+    };
+    if let Err(e) = pump::pump(tcp, send, recv, codec, meter, counted).await {
         Counters::add(&counters.flows_failed, 1);
         debug!(error = %e, "flow reset");
     }

@@ -72,6 +72,7 @@ use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
+use crate::flows::Meter;
 use crate::stats::Counters;
 
 /// The back-channel marker "this side's decoder has finished" (see the module doc).
@@ -272,7 +273,7 @@ pub(crate) async fn pump(
     mut recv: RecvStream,
     codec: FlowCodec,
     meter: WriteMeter,
-    counters: &Counters,
+    counters: Meter<'_>,
 ) -> Result<(), PumpError> {
     let enc = Encoder::new(
         EncoderConfig {
@@ -298,8 +299,8 @@ pub(crate) async fn pump(
     let r = {
         let (mut rd, mut wr) = tcp.split();
         tokio::try_join!(
-            upstream(&mut rd, &mut send, enc, codec.level, rx, &meter, counters),
-            downstream(&mut wr, &mut recv, dec, tx, counters),
+            upstream(&mut rd, &mut send, enc, codec.level, rx, &meter, &counters),
+            downstream(&mut wr, &mut recv, dec, tx, &counters),
         )
     };
     if r.is_err() {
@@ -341,7 +342,7 @@ async fn upstream(
     level: i32,
     mut ctrl: mpsc::UnboundedReceiver<Ctrl>,
     meter: &WriteMeter,
-    c: &Counters,
+    c: &Meter<'_>,
 ) -> Result<(), PumpError> {
     let mut buf = vec![0u8; READ_BUF];
     let mut lan_eof = false;
@@ -358,13 +359,13 @@ async fn upstream(
             // tells the tunnel's FEC that this transfer is not near its end.
             meter.add(b.len() as u64);
             send.write_all(&b).await.map_err(PumpError::WanWrite)?;
-            Counters::add(&c.wan_out, b.len() as u64);
+            c.wan_out(b.len() as u64);
             wrote = true;
         }
         if wrote {
             turns.handed_over().await;
         }
-        chunks_seen.count(&enc, c);
+        chunks_seen.count(&enc, c.group);
         if lan_eof && local_done && peer_done {
             // RFC 9000 §3.1: FIN after everything was written; the peer still reads it all.
             let _ = send.finish();
@@ -384,7 +385,7 @@ async fn upstream(
             m = ctrl.recv() => match m {
                 Some(Ctrl::OurNeed(n)) => {
                     write_need(send, n, meter, c).await?;
-                    Counters::add(&c.needs_sent, 1);
+                    Counters::add(&c.group.needs_sent, 1);
                 }
                 Some(Ctrl::LocalDone) => {
                     write_need(send, DONE, meter, c).await?;
@@ -393,7 +394,7 @@ async fn upstream(
                 Some(Ctrl::PeerNeed(n)) if n == DONE => peer_done = true,
                 Some(Ctrl::PeerNeed(n)) => {
                     enc.handle_need(n).map_err(PumpError::Encode)?;
-                    Counters::add(&c.needs_served, 1);
+                    Counters::add(&c.group.needs_served, 1);
                 }
                 // The downstream half only ends cleanly after the peer's FIN, which follows
                 // everything we wait for; anything else is a truncated stream.
@@ -405,7 +406,7 @@ async fn upstream(
                     coding(level, || enc.finish());
                     lan_eof = true;
                 } else {
-                    Counters::add(&c.lan_in, n as u64);
+                    c.lan_in(n as u64);
                     coding(level, || enc.handle_data(&buf[..n])).map_err(PumpError::Encode)?;
                     unflushed += n;
                     turns.coded().await;
@@ -452,12 +453,12 @@ async fn write_need(
     send: &mut SendStream,
     need: Need,
     meter: &WriteMeter,
-    c: &Counters,
+    c: &Meter<'_>,
 ) -> Result<(), PumpError> {
     let mut b = BytesMut::new();
     Token::Need(need).emit(&mut b);
     send.write_all(&b).await.map_err(PumpError::WanWrite)?;
-    Counters::add(&c.wan_out, b.len() as u64);
+    c.wan_out(b.len() as u64);
     meter.add(b.len() as u64);
     Ok(())
 }
@@ -507,7 +508,7 @@ async fn downstream(
     recv: &mut RecvStream,
     mut dec: Decoder,
     tx: mpsc::UnboundedSender<Ctrl>,
-    c: &Counters,
+    c: &Meter<'_>,
 ) -> Result<(), PumpError> {
     let mut buf = vec![0u8; READ_BUF];
     let mut out = Vec::new();
@@ -521,7 +522,7 @@ async fn downstream(
                 Err(PumpError::Truncated)
             };
         };
-        Counters::add(&c.wan_in, n as u64);
+        c.wan_in(n as u64);
         dec.handle_wire(&buf[..n]).map_err(PumpError::Decode)?;
         // Needs first, so the peer's encoder is not kept waiting by a slow local reader.
         // A send fails only once the upstream half has finished, when no need matters.
@@ -537,7 +538,7 @@ async fn downstream(
             write_all_vectored(wr, &mut out)
                 .await
                 .map_err(PumpError::LanWrite)?;
-            Counters::add(&c.lan_out, bytes as u64);
+            c.lan_out(bytes as u64);
             turns.coded().await;
         }
         if !done && dec.is_finished() {

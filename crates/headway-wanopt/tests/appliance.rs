@@ -678,3 +678,88 @@ async fn dropping_the_appliances_runtime_mid_transfer_resets_the_client() {
         rest.len()
     );
 }
+
+/// Waits (bounded) until `cond` holds for the appliance's flow table; returns that table.
+async fn flows_until(
+    a: &Appliance,
+    what: &str,
+    cond: impl Fn(&[headway_wanopt::FlowSnapshot]) -> bool,
+) -> Vec<headway_wanopt::FlowSnapshot> {
+    let deadline = headway_core::SystemClock::now() + Duration::from_secs(10);
+    loop {
+        let flows = a.flows();
+        if cond(&flows) {
+            return flows;
+        }
+        assert!(
+            headway_core::SystemClock::now() < deadline,
+            "{what}: {flows:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_flows_are_listed_on_both_appliances_with_their_own_bytes() {
+    use headway_wanopt::Direction;
+    let origin = echo_server().await;
+    let p = pair(origin, ServiceClass::DedupMemory, Far::Running).await;
+    let b = p.b.as_ref().unwrap();
+    assert!(p.a.flows().is_empty());
+    // Two open flows; the first sends 300 KB of DOC-like data and waits for the echo.
+    let mut one = TcpStream::connect(p.service()).await.unwrap();
+    let two = TcpStream::connect(p.service()).await.unwrap();
+    let bytes = data(Kind::Doc, 300_000, 9);
+    one.write_all(&bytes).await.unwrap();
+    let mut echoed = vec![0u8; bytes.len()];
+    one.read_exact(&mut echoed).await.unwrap();
+    assert_eq!(sha(&echoed), sha(&bytes));
+    let mine = flows_until(&p.a, "two outbound flows, one with its bytes", |f| {
+        f.len() == 2 && f.iter().any(|f| f.lan_out == 300_000)
+    })
+    .await;
+    let busy = mine.iter().find(|f| f.lan_in == 300_000).unwrap();
+    assert_eq!(busy.direction, Direction::Outbound);
+    assert_eq!((busy.peer.as_str(), busy.class), ("b", "dedup-memory"));
+    assert_eq!(busy.client, Some(one.local_addr().unwrap().to_string()));
+    assert_eq!(busy.destination, origin.to_string());
+    assert_eq!(busy.passed_through, None);
+    // Compressed on the way out: fewer WAN bytes than LAN bytes.
+    assert!(busy.wan_out > 0 && busy.wan_out < 300_000, "{busy:?}");
+    let quiet = mine.iter().find(|f| f.id != busy.id).unwrap();
+    assert_eq!((quiet.lan_in, quiet.lan_out), (0, 0));
+    // The far appliance lists the same two, inbound, to the origin.
+    let far = flows_until(b, "two inbound flows", |f| {
+        f.len() == 2 && f.iter().any(|f| f.lan_in == 300_000)
+    })
+    .await;
+    assert!(far
+        .iter()
+        .all(|f| f.direction == Direction::Inbound && f.client.is_none() && f.peer == "a"));
+    // A flow that ends leaves the table on both sides.
+    drop(one);
+    flows_until(&p.a, "one flow left", |f| f.len() == 1).await;
+    flows_until(b, "one flow left", |f| f.len() == 1).await;
+    drop(two);
+    flows_until(&p.a, "no flow left", <[_]>::is_empty).await;
+    flows_until(b, "no flow left", <[_]>::is_empty).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_that_fails_open_is_listed_with_its_reason() {
+    let origin = echo_server().await;
+    let p = pair(origin, ServiceClass::DedupMemory, Far::Silent).await;
+    let mut c = TcpStream::connect(p.service()).await.unwrap();
+    // Wait out the handshake timeout: then the flow goes direct.
+    c.write_all(b"ping").await.unwrap();
+    let mut got = [0u8; 4];
+    c.read_exact(&mut got).await.unwrap();
+    let flows = flows_until(&p.a, "a flow passed through", |f| {
+        f.len() == 1 && f.first().is_some_and(|f| f.lan_out == 4)
+    })
+    .await;
+    assert_eq!(flows[0].passed_through, Some("timeout"));
+    assert_eq!((flows[0].lan_in, flows[0].wan_out), (4, 0));
+    drop(c);
+    flows_until(&p.a, "the flow gone", <[_]>::is_empty).await;
+}

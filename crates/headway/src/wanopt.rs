@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use headway_admin::{WanoptControl, WanoptPath, WanoptStats, WanoptTunnel};
+use headway_admin::{WanoptControl, WanoptFlow, WanoptPath, WanoptStats, WanoptTunnel};
 use headway_config::wanopt::ServiceClass as ConfigClass;
 use headway_config::WanoptConfig;
 use headway_dedup::DedupKey;
@@ -292,6 +292,20 @@ impl ApplianceView {
 }
 
 impl WanoptControl for ApplianceView {
+    fn flows(&self) -> Vec<WanoptFlow> {
+        let guard = self.0.lock();
+        let Some(a) = guard.as_ref() else {
+            return Vec::new();
+        };
+        // Through serde, as the stats below: the admin API's shape is the appliance's own.
+        serde_json::to_value(a.flows())
+            .and_then(serde_json::from_value)
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "cannot convert the appliance's flows");
+                Vec::new()
+            })
+    }
+
     fn stats(&self) -> WanoptStats {
         let guard = self.0.lock();
         let Some(a) = guard.as_ref() else {

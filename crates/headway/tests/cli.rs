@@ -801,6 +801,11 @@ fn wanopt_pair_on_loopback_serves_the_file_and_dedups_the_second_fetch() {
         table.contains("REDUCTION") && table.contains("dedup-memory"),
         "{table}"
     );
+    // The downloads are over: no flow is carried now.
+    let flows = headway_ok(&["ctl", "--admin", &url, "wanopt", "flows"]);
+    assert_eq!(flows.trim(), "no flows");
+    let flows = headway_ok(&["ctl", "--admin", &url, "wanopt", "flows", "--json"]);
+    assert_eq!(flows.trim(), "[]");
     let metrics = headway_ok(&["ctl", "--admin", &url, "metrics"]);
     assert!(
         metrics.contains(
