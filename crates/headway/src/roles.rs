@@ -346,11 +346,12 @@ fn serve(roles: Roles) -> Result<(), Failure> {
                     .map_err(|e| Failure::Usage(anyhow::Error::new(e)))?;
                 let handle = crate::adc::AdcHandle::new(proxy, path, text, cfg);
                 tokio::spawn(reload_on_hangup(handle.clone()));
-                tokio::spawn(reopen_logs_on_usr1(handle.clone()));
                 Some(handle)
             }
             None => None,
         };
+        // Also without an ADC: the signal's default action would end the process.
+        tokio::spawn(reopen_logs_on_usr1(adc.clone()));
         let state = AdminState::with_roles(
             Arc::new(EmulatedLinks { handles }),
             view.clone().map(|v| v as Arc<dyn WanoptControl>),
@@ -400,7 +401,7 @@ async fn reload_on_hangup(adc: crate::adc::AdcHandle) {
 /// Opens the access log files again on every SIGUSR1 (NGINX's signal for it: a `postrotate`
 /// step of logrotate's `copytruncate`-less rotation, or after a permission fix; a moved or
 /// deleted file is followed without it).
-async fn reopen_logs_on_usr1(adc: crate::adc::AdcHandle) {
+async fn reopen_logs_on_usr1(adc: Option<crate::adc::AdcHandle>) {
     let mut usr1 = match tokio::signal::unix::signal(
         tokio::signal::unix::SignalKind::user_defined1(),
     ) {
@@ -411,7 +412,7 @@ async fn reopen_logs_on_usr1(adc: crate::adc::AdcHandle) {
         }
     };
     while usr1.recv().await.is_some() {
-        let files = adc.proxy().reopen_logs();
+        let files = adc.as_ref().map_or(0, |a| a.proxy().reopen_logs());
         tracing::info!(files, "SIGUSR1: reopening the access logs");
     }
 }

@@ -801,7 +801,12 @@ fn wanopt_pair_on_loopback_serves_the_file_and_dedups_the_second_fetch() {
         table.contains("REDUCTION") && table.contains("dedup-memory"),
         "{table}"
     );
-    // The downloads are over: no flow is carried now.
+    // The downloads are over: no flow is carried now. (And SIGUSR1, logrotate's signal, does
+    // not end an instance without access logs.)
+    let _ = Command::new("kill")
+        .args(["-USR1", &branch.0.id().to_string()])
+        .status();
+    std::thread::sleep(Duration::from_millis(200));
     let flows = headway_ok(&["ctl", "--admin", &url, "wanopt", "flows"]);
     assert_eq!(flows.trim(), "no flows");
     let flows = headway_ok(&["ctl", "--admin", &url, "wanopt", "flows", "--json"]);
