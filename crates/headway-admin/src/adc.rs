@@ -85,6 +85,28 @@ pub trait AdcControl: Send + Sync + 'static {
     fn replace_config(&self, text: String) -> BoxFuture<Result<ReloadReport, String>>;
     /// Reads the config file from disk again and applies it like [`AdcControl::replace_config`].
     fn reload(&self) -> BoxFuture<Result<ReloadReport, String>>;
+    /// Adds a server to a group of the running config, as if the file had it (validated and
+    /// applied like [`AdcControl::replace_config`]; the running config's text gets it, so
+    /// `config show` prints it). `Err` as for [`AdcControl::set_server_state`] (`true`: no
+    /// such group; `false`: the server was refused, with the reason).
+    fn add_server(
+        &self,
+        group: String,
+        server: AddServerRequest,
+    ) -> BoxFuture<Result<ReloadReport, (bool, String)>> {
+        let _ = (group, server);
+        Box::pin(async { Err((true, "servers cannot be added here".into())) })
+    }
+    /// Removes a server from a group of the running config (requests in flight to it finish).
+    /// `Err` as for [`AdcControl::add_server`] (`true`: no such group or server).
+    fn remove_server(
+        &self,
+        group: String,
+        server: String,
+    ) -> BoxFuture<Result<ReloadReport, (bool, String)>> {
+        let _ = (group, server);
+        Box::pin(async { Err((true, "servers cannot be removed here".into())) })
+    }
     /// Removes what `purge` names from the integrated cache. `Err` carries a message and
     /// whether the thing named was not found (`true`: no cache, no such group).
     fn purge_cache(
@@ -105,6 +127,23 @@ pub struct ReloadReport {
     pub virtual_servers: usize,
     /// Server groups running now.
     pub groups: usize,
+}
+
+/// `POST /api/v1/adc/groups/{group}/servers` body: a server as a `[[server_group.server]]`
+/// table of the config file gives it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddServerRequest {
+    /// Its name, unique in the group.
+    pub name: String,
+    /// `IP:port` or `dns-name:port`.
+    pub address: String,
+    /// Its weight (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+    /// A backup server, used only when every primary is down (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<bool>,
 }
 
 /// `PUT /api/v1/adc/groups/{group}/servers/{server}` body.

@@ -217,6 +217,36 @@ impl Client {
         )
     }
 
+    /// `POST /api/v1/adc/groups/{group}/servers`: a server added to the running config.
+    pub fn add_server(
+        &self,
+        group: &str,
+        server: &crate::adc::AddServerRequest,
+    ) -> Result<crate::adc::ReloadReport, ClientError> {
+        self.json(
+            "POST",
+            &format!("/api/v1/adc/groups/{}/servers", encode(group)),
+            Body::Json(json!(server)),
+        )
+    }
+
+    /// `DELETE /api/v1/adc/groups/{group}/servers/{server}`.
+    pub fn remove_server(
+        &self,
+        group: &str,
+        server: &str,
+    ) -> Result<crate::adc::ReloadReport, ClientError> {
+        self.json(
+            "DELETE",
+            &format!(
+                "/api/v1/adc/groups/{}/servers/{}",
+                encode(group),
+                encode(server)
+            ),
+            Body::None,
+        )
+    }
+
     /// [`Client::set_server`] with a state: `enabled`, `disabled`, `draining`.
     pub fn set_server_state(
         &self,
@@ -306,9 +336,14 @@ impl Client {
             ("PUT", Body::Text(text)) => with_body(self.agent.put(&url))
                 .header("content-type", "application/toml")
                 .send(text.as_bytes()),
+            ("POST", Body::Json(body)) => with_body(self.agent.post(&url)).send_json(body),
             ("POST", _) => with_body(self.agent.post(&url)).send_empty(),
-            _ => {
-                let mut r = self.agent.get(&url);
+            (method, _) => {
+                let mut r = if method == "DELETE" {
+                    self.agent.delete(&url)
+                } else {
+                    self.agent.get(&url)
+                };
                 if let Some(a) = &auth {
                     r = r.header("authorization", a);
                 }

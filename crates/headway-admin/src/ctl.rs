@@ -115,6 +115,31 @@ pub enum AdcCommand {
         /// The new weight, 0–1000.
         weight: u32,
     },
+    /// Add a server to a group of the running config, validated as the file would be (it
+    /// lasts until the config is reloaded from the file: `config show` prints the running
+    /// text to keep).
+    Add {
+        /// The server group.
+        group: String,
+        /// The new server's name, unique in the group.
+        server: String,
+        /// `IP:port` or `dns-name:port`.
+        address: String,
+        /// Its weight (default 1).
+        #[arg(long)]
+        weight: Option<u32>,
+        /// Used only when every primary server is down.
+        #[arg(long)]
+        backup: bool,
+    },
+    /// Remove a server from a group of the running config: requests in flight to it finish,
+    /// its persistent clients fail over to the others.
+    Remove {
+        /// The server group.
+        group: String,
+        /// The server's name.
+        server: String,
+    },
 }
 
 /// `headway ctl cache …`.
@@ -335,6 +360,36 @@ pub fn run_to(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                     server,
                     weight,
                 } => (group, client.set_server_weight(group, server, *weight)?),
+                AdcCommand::Add {
+                    group,
+                    server,
+                    address,
+                    weight,
+                    backup,
+                } => {
+                    let req = crate::adc::AddServerRequest {
+                        name: server.clone(),
+                        address: address.clone(),
+                        weight: *weight,
+                        backup: backup.then_some(true),
+                    };
+                    let r = client.add_server(group, &req)?;
+                    writeln!(
+                        out,
+                        "{group}/{server} added: config generation {}",
+                        r.generation
+                    )?;
+                    return Ok(());
+                }
+                AdcCommand::Remove { group, server } => {
+                    let r = client.remove_server(group, server)?;
+                    writeln!(
+                        out,
+                        "{group}/{server} removed: config generation {}",
+                        r.generation
+                    )?;
+                    return Ok(());
+                }
             };
             writeln!(
                 out,

@@ -20,6 +20,8 @@
 //! | `GET /api/v1/adc` | the ADC's [`AdcSnapshot`] (virtual servers, groups, servers: config, state, counters), or 404 when none runs |
 //! | `GET /api/v1/adc/groups/{group}/servers/{server}` | one [`ServerSnapshot`] |
 //! | `GET /api/v1/certificates` | the ADC's TLS certificates ([`CertificateSnapshot`]: names, issuer, validity, users), or 404 when no ADC runs |
+//! | `POST /api/v1/adc/groups/{group}/servers` | body [`AddServerRequest`] (`{"name": "s3", "address": "10.0.0.7:8080"}`, optionally `weight`, `backup`): adds the server to the running config, validated as a file would be; 200 with the [`ReloadReport`], 404 for no such group, 400 with the reason |
+//! | `DELETE /api/v1/adc/groups/{group}/servers/{server}` | removes the server from the running config (requests in flight to it finish; its persistent clients fail over); 200 with the [`ReloadReport`] |
 //! | `PUT /api/v1/adc/groups/{group}/servers/{server}` | body [`SetServerRequest`] (`{"state": "draining"}`, `{"weight": 5}`, or both): enable, disable or drain; set the weight (0–1000, kept until the config file gives another); 200 with the server |
 //! | `GET /api/v1/config` | the running config file's text |
 //! | `PUT /api/v1/config` | body: a whole config file (TOML, ≤ 1 MiB); validated, then its ADC sections applied live; 200 [`ReloadReport`], 400 with `file:line:col: …` (nothing changed) |
@@ -44,8 +46,8 @@ mod server;
 mod wanopt;
 
 pub use adc::{
-    write_adc, write_certificates, AdcCollector, AdcControl, AdcSnapshot, BoxFuture,
-    CertificateSnapshot, GroupSnapshot, ReloadReport, ServerSnapshot, SetServerRequest,
+    write_adc, write_certificates, AdcCollector, AdcControl, AdcSnapshot, AddServerRequest,
+    BoxFuture, CertificateSnapshot, GroupSnapshot, ReloadReport, ServerSnapshot, SetServerRequest,
     TlsSnapshot, VirtualServerSnapshot,
 };
 pub use cache::{write_cache, CacheGroupSnapshot, CacheSnapshot, Purge, PurgeQuery, PurgeReport};

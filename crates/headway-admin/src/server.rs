@@ -28,7 +28,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use serde_json::json;
 
-use crate::adc::{AdcCollector, AdcControl, SetServerRequest};
+use crate::adc::{AdcCollector, AdcControl, AddServerRequest, ReloadReport, SetServerRequest};
 use crate::control::{LinkControl, LinkViewJson, SetLinkRequest};
 use crate::wanopt::{WanoptCollector, WanoptControl};
 
@@ -152,8 +152,14 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/v1/cache", get(cache_snapshot))
         .route("/api/v1/cache/purge", axum::routing::post(cache_purge))
         .route(
+            "/api/v1/adc/groups/{group}/servers",
+            axum::routing::post(adc_add_server),
+        )
+        .route(
             "/api/v1/adc/groups/{group}/servers/{server}",
-            get(adc_server).put(adc_set_server),
+            get(adc_server)
+                .put(adc_set_server)
+                .delete(adc_remove_server),
         )
         .route(
             "/api/v1/config",
@@ -424,17 +430,72 @@ async fn adc_server(
     }
 }
 
+async fn adc_add_server(
+    State(state): State<AdminState>,
+    Path(group): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let (adc, body) = match adc_and_body(&state, body) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    let req: AddServerRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "the body is not a valid server: {e}; send {{\"name\": \"s3\", \
+                     \"address\": \"10.0.0.7:8080\"}} (and optionally \"weight\": 2, \
+                     \"backup\": true)"
+                ),
+            )
+        }
+    };
+    changed(adc.add_server(group, req).await)
+}
+
+async fn adc_remove_server(
+    State(state): State<AdminState>,
+    Path((group, server)): Path<(String, String)>,
+) -> Response {
+    let Some(adc) = state.adc.clone() else {
+        return no_adc();
+    };
+    changed(adc.remove_server(group, server).await)
+}
+
+/// The ADC and a request's body, or the answer when there is no ADC or no readable body.
+fn adc_and_body(
+    state: &AdminState,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(Arc<dyn AdcControl>, Bytes), Box<Response>> {
+    let Some(adc) = state.adc.clone() else {
+        return Err(Box::new(no_adc()));
+    };
+    match body {
+        Ok(b) => Ok((adc, b)),
+        Err(e) => Err(Box::new(error(e.status(), e.body_text()))),
+    }
+}
+
+/// The answer to a server added or removed: the new generation, or why not.
+fn changed(r: Result<ReloadReport, (bool, String)>) -> Response {
+    match r {
+        Ok(r) => Json(r).into_response(),
+        Err((true, m)) => error(StatusCode::NOT_FOUND, m),
+        Err((false, m)) => error(StatusCode::BAD_REQUEST, m),
+    }
+}
+
 async fn adc_set_server(
     State(state): State<AdminState>,
     Path((group, server)): Path<(String, String)>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let Some(adc) = &state.adc else {
-        return no_adc();
-    };
-    let body = match body {
-        Ok(b) => b,
-        Err(e) => return error(e.status(), e.body_text()),
+    let (adc, body) = match adc_and_body(&state, body) {
+        Ok(x) => x,
+        Err(r) => return *r,
     };
     let usage = "send {\"state\": \"draining\"} with `enabled`, `disabled` or `draining`, \
                  {\"weight\": 5} with 0 to 1000, or both";
@@ -541,7 +602,7 @@ async fn no_route(method: Method, uri: Uri) -> Response {
         format!(
             "no route {method} {}; routes: GET /healthz, GET /metrics, GET /api/v1/links, \
              GET|PUT /api/v1/links/{{name}}, GET /api/v1/wanopt/stats, GET /api/v1/wanopt/flows, GET /api/v1/adc, \
-             GET /api/v1/certificates, GET|PUT /api/v1/adc/groups/{{group}}/servers/{{server}}, GET|PUT /api/v1/config, \
+             GET /api/v1/certificates, POST /api/v1/adc/groups/{{group}}/servers, GET|PUT|DELETE /api/v1/adc/groups/{{group}}/servers/{{server}}, GET|PUT /api/v1/config, \
              POST /api/v1/config/reload, GET /api/v1/cache, POST /api/v1/cache/purge?url=|prefix=|group=|all=true[&host=]",
             uri.path()
         ),

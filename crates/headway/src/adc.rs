@@ -23,6 +23,9 @@ pub struct AdcHandle {
     path: PathBuf,
     /// The running file's text and its validated form.
     running: Arc<Mutex<(String, Config)>>,
+    /// Held by a server being added or removed from the text's read to its apply, so that
+    /// two such edits at once do not each apply the text without the other's.
+    edits: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl AdcHandle {
@@ -32,6 +35,7 @@ impl AdcHandle {
             proxy,
             path,
             running: Arc::new(Mutex::new((text, config))),
+            edits: Arc::default(),
         }
     }
 
@@ -98,7 +102,132 @@ impl AdcHandle {
     }
 }
 
+/// Where `server` of `group` is in `text`'s `[[server_group]]` tables, edited by `edit` (given
+/// the group's `[[server_group.server]]` tables and the group's name): the edited text.
+/// `Err((true, _))`: no such group; `(false, _)`: the edit was refused.
+fn edit_servers(
+    text: &str,
+    group: &str,
+    edit: impl FnOnce(&mut toml_edit::ArrayOfTables) -> Result<(), (bool, String)>,
+) -> Result<String, (bool, String)> {
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .map_err(|e| (false, format!("the running config cannot be edited: {e}")))?;
+    let no_group = || (true, format!("no server group named {group:?}"));
+    let g = doc
+        .get_mut("server_group")
+        .and_then(toml_edit::Item::as_array_of_tables_mut)
+        .and_then(|gs| {
+            gs.iter_mut()
+                .find(|t| t.get("name").and_then(toml_edit::Item::as_str) == Some(group))
+        })
+        .ok_or_else(no_group)?;
+    if !g.contains_key("server") {
+        g.insert(
+            "server",
+            toml_edit::Item::ArrayOfTables(toml_edit::ArrayOfTables::new()),
+        );
+    }
+    let servers = g
+        .get_mut("server")
+        .and_then(toml_edit::Item::as_array_of_tables_mut)
+        .ok_or_else(|| {
+            (
+                false,
+                format!(
+                    "group {group:?} writes its servers as an inline array: edit the file \
+                     (`headway ctl config replace`), or write them as [[server_group.server]] \
+                     tables"
+                ),
+            )
+        })?;
+    edit(servers)?;
+    Ok(doc.to_string())
+}
+
+/// A server table's name as the config names it: `name`, else its address.
+fn server_name(t: &toml_edit::Table) -> Option<&str> {
+    t.get("name")
+        .or_else(|| t.get("address"))
+        .and_then(toml_edit::Item::as_str)
+}
+
+impl AdcHandle {
+    /// Edits the running text's servers of `group` and applies the result (see
+    /// [`AdcControl::add_server`]); `what` names the change in messages.
+    async fn change_servers(
+        self,
+        group: String,
+        what: String,
+        edit: impl FnOnce(&mut toml_edit::ArrayOfTables) -> Result<(), (bool, String)>,
+    ) -> Result<ReloadReport, (bool, String)> {
+        let _one_at_a_time = self.edits.clone().lock_owned().await;
+        let text = self.running.lock().0.clone();
+        let edited = edit_servers(&text, &group, edit)?;
+        self.apply(edited, format!("<the admin API: {what}>"))
+            .await
+            .map_err(|m| (false, m))
+    }
+}
+
 impl AdcControl for AdcHandle {
+    fn add_server(
+        &self,
+        group: String,
+        server: headway_admin::AddServerRequest,
+    ) -> BoxFuture<Result<ReloadReport, (bool, String)>> {
+        let what = format!("add server {group}/{}", server.name);
+        Box::pin(
+            self.clone()
+                .change_servers(group.clone(), what, move |servers| {
+                    if servers.iter().any(|t| server_name(t) == Some(&server.name)) {
+                        return Err((
+                            false,
+                            format!(
+                                "group {group:?} already has a server named {:?}",
+                                server.name
+                            ),
+                        ));
+                    }
+                    let mut t = toml_edit::Table::new();
+                    t.insert("name", toml_edit::value(server.name.as_str()));
+                    t.insert("address", toml_edit::value(server.address.as_str()));
+                    if let Some(w) = server.weight {
+                        t.insert("weight", toml_edit::value(i64::from(w)));
+                    }
+                    if let Some(b) = server.backup {
+                        t.insert("backup", toml_edit::value(b));
+                    }
+                    servers.push(t);
+                    Ok(())
+                }),
+        )
+    }
+
+    fn remove_server(
+        &self,
+        group: String,
+        server: String,
+    ) -> BoxFuture<Result<ReloadReport, (bool, String)>> {
+        let what = format!("remove server {group}/{server}");
+        Box::pin(
+            self.clone()
+                .change_servers(group.clone(), what, move |servers| {
+                    let at = servers
+                        .iter()
+                        .position(|t| server_name(t) == Some(&server))
+                        .ok_or_else(|| {
+                            (
+                                true,
+                                format!("server group {group:?} has no server named {server:?}"),
+                            )
+                        })?;
+                    servers.remove(at);
+                    Ok(())
+                }),
+        )
+    }
+
     fn snapshot(&self) -> AdcSnapshot {
         self.proxy.snapshot()
     }
@@ -168,5 +297,75 @@ impl AdcControl for AdcHandle {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "\
+[[server_group]]
+name = \"a\"
+# the first group's only server
+[[server_group.server]]
+name = \"a1\"
+address = \"127.0.0.1:8001\"
+
+[[server_group]]
+name = \"b\"
+[[server_group.server]]
+address = \"127.0.0.1:8002\"
+
+[[virtual_server]]
+name = \"front\"
+kind = \"http\"
+listen = \"127.0.0.1:8000\"
+group = \"a\"
+";
+
+    fn servers_of(text: &str, group: &str) -> Vec<String> {
+        let c = Config::parse(text, "edited").unwrap();
+        let g = c.adc.groups.iter().find(|g| g.name == group).unwrap();
+        g.servers.iter().map(|s| s.name.clone()).collect()
+    }
+
+    #[test]
+    fn a_server_lands_in_its_own_group_and_the_rest_of_the_file_stays() {
+        let edited = edit_servers(TEXT, "a", |servers| {
+            let mut t = toml_edit::Table::new();
+            t.insert("name", toml_edit::value("a2"));
+            t.insert("address", toml_edit::value("127.0.0.1:8003"));
+            servers.push(t);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(servers_of(&edited, "a"), ["a1", "a2"], "{edited}");
+        assert_eq!(servers_of(&edited, "b"), ["127.0.0.1:8002"], "{edited}");
+        assert!(
+            edited.contains("# the first group's only server"),
+            "{edited}"
+        );
+        // Removed by name, or by address for a server without one.
+        let edited = edit_servers(&edited, "b", |servers| {
+            let at = servers
+                .iter()
+                .position(|t| server_name(t) == Some("127.0.0.1:8002"))
+                .unwrap();
+            servers.remove(at);
+            servers.push({
+                let mut t = toml_edit::Table::new();
+                t.insert("address", toml_edit::value("127.0.0.1:8004"));
+                t
+            });
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(servers_of(&edited, "b"), ["127.0.0.1:8004"], "{edited}");
+        assert_eq!(servers_of(&edited, "a"), ["a1", "a2"], "{edited}");
+        assert!(matches!(
+            edit_servers(TEXT, "c", |_| Ok(())),
+            Err((true, m)) if m.contains("no server group named \"c\"")
+        ));
     }
 }

@@ -1079,6 +1079,113 @@ fn adc_serves_and_is_operated_live_through_ctl_sighup_and_the_admin_api() {
 }
 
 #[test]
+fn servers_are_added_to_and_removed_from_a_running_group_through_ctl() {
+    let adc = AdcFront::start("adc-servers");
+    let (cfg, admin_url, front) = (adc.cfg.clone(), adc.admin_url.clone(), adc.front);
+    let second: std::net::SocketAddr = format!("127.0.0.1:{}", free_port(false)).parse().unwrap();
+    let _second = origin(second);
+    std::fs::write(&cfg, adc.config("")).unwrap();
+    let running = run_until_ready(&cfg);
+    let ctl = |args: &[&str]| {
+        let mut all = vec!["ctl", "--admin", admin_url.as_str()];
+        all.extend_from_slice(args);
+        headway(&all)
+    };
+    // Requests each server of `web` answered, by name.
+    let requests = || -> Vec<(String, u64)> {
+        let json = headway_ok(&["ctl", "--admin", &admin_url, "adc", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        v["groups"][0]["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["name"].as_str().unwrap().to_string(),
+                    s["requests"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+
+    let second_s = second.to_string();
+    let out = ctl(&["server", "add", "web", "s2", &second_s, "--weight", "3"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "web/s2 added: config generation 2"
+    );
+    let shown = headway_ok(&["ctl", "--admin", &admin_url, "config", "show"]);
+    assert!(
+        shown.contains("name = \"s2\"") && shown.contains(&format!("address = \"{second}\"")),
+        "{shown}"
+    );
+    for _ in 0..40 {
+        assert_eq!(status(front, "/healthz"), 200);
+    }
+    let counts = requests();
+    assert_eq!(counts.len(), 2, "{counts:?}");
+    assert!(counts.iter().all(|(_, n)| *n > 0), "both serve: {counts:?}");
+
+    // Refused, each with its reason, and nothing changed.
+    for (args, why) in [
+        (
+            vec!["server", "add", "web", "s2", second_s.as_str()],
+            "already has a server named \"s2\"",
+        ),
+        (
+            vec!["server", "add", "nope", "s3", second_s.as_str()],
+            "no server group named \"nope\"",
+        ),
+        (
+            vec!["server", "add", "web", "s3", "not an address"],
+            "server address `not an address`",
+        ),
+        (
+            vec!["server", "remove", "web", "s9"],
+            "has no server named \"s9\"",
+        ),
+    ] {
+        let out = ctl(&args);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(
+            text(&out.stderr).contains(why),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+
+    // s1 removed: everything goes to s2 from now on.
+    let out = ctl(&["server", "remove", "web", "s1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "web/s1 removed: config generation 3"
+    );
+    let before = requests();
+    assert_eq!(before.len(), 1, "{before:?}");
+    for _ in 0..10 {
+        assert_eq!(status(front, "/healthz"), 200);
+    }
+    let after = requests();
+    assert_eq!((after[0].0.as_str(), after[0].1), ("s2", before[0].1 + 10));
+    // The last server cannot go: a group needs one.
+    let out = ctl(&["server", "remove", "web", "s2"]);
+    assert!(!out.status.success(), "the last server was removed");
+    assert!(
+        text(&out.stderr).contains("server group `web` has no servers"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A reload from the file runs what the file says again.
+    let out = ctl(&["config", "reload"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let names: Vec<String> = requests().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["s1"]);
+    assert!(running.terminate().success());
+}
+
+#[test]
 fn a_rotated_access_log_is_followed_without_a_signal_and_sigusr1_reopens_it() {
     let adc = AdcFront::start("adc-log");
     let (cfg, admin_url, front) = (adc.cfg.clone(), adc.admin_url.clone(), adc.front);
