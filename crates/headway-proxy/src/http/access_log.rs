@@ -257,7 +257,7 @@ impl Logger {
     }
 
     /// Asks the writer to open the file again (after its queued lines went to the old one),
-    /// within [`POLL`]; nothing for standard output.
+    /// within 200 ms; nothing for standard output.
     pub fn reopen(&self) {
         self.state.reopen_asked.store(true, Ordering::Relaxed);
     }
