@@ -374,21 +374,11 @@ pub fn run_to(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                         backup: backup.then_some(true),
                     };
                     let r = client.add_server(group, &req)?;
-                    writeln!(
-                        out,
-                        "{group}/{server} added: config generation {}",
-                        r.generation
-                    )?;
-                    return Ok(());
+                    return write_changed(out, group, server, "added", &r);
                 }
                 AdcCommand::Remove { group, server } => {
                     let r = client.remove_server(group, server)?;
-                    writeln!(
-                        out,
-                        "{group}/{server} removed: config generation {}",
-                        r.generation
-                    )?;
-                    return Ok(());
+                    return write_changed(out, group, server, "removed", &r);
                 }
             };
             writeln!(
@@ -419,6 +409,22 @@ pub fn run_to(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             )?;
         }
     }
+    Ok(())
+}
+
+/// `GROUP/SERVER added: config generation N` (or `removed`).
+fn write_changed(
+    out: &mut dyn Write,
+    group: &str,
+    server: &str,
+    verb: &str,
+    r: &crate::adc::ReloadReport,
+) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "{group}/{server} {verb}: config generation {}",
+        r.generation
+    )?;
     Ok(())
 }
 

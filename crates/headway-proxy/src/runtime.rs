@@ -47,7 +47,7 @@ use crate::http::answer::Target;
 use crate::http::route::Router;
 use crate::http::{Slot, VsRuntime, VsShared};
 use crate::resolve::{Resolve, ResolveError, Resolved, SystemResolver};
-use crate::stats::{AccessLogSnapshot, AdcSnapshot, GroupSnapshot, VirtualServerSnapshot};
+use crate::stats::{AdcSnapshot, GroupSnapshot, VirtualServerSnapshot};
 use crate::tls::{Connector, Keys, Session, Terminator};
 use crate::upstream::Pool;
 use crate::workers::Workers;
@@ -356,19 +356,7 @@ impl Proxy {
                 .lock()
                 .logs
                 .iter()
-                .map(|l| AccessLogSnapshot {
-                    path: l
-                        .path()
-                        .map_or_else(|| "-".into(), |p| p.display().to_string()),
-                    format: match l.format() {
-                        headway_config::adc::AccessLogFormat::Combined => "combined",
-                        headway_config::adc::AccessLogFormat::Json => "json",
-                    }
-                    .into(),
-                    dropped: l.dropped(),
-                    write_errors: l.write_errors(),
-                    reopened: l.reopened(),
-                })
+                .map(|l| l.snapshot())
                 .collect(),
             virtual_servers: g
                 .virtual_servers

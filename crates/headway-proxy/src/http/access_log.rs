@@ -244,11 +244,6 @@ impl Logger {
         self.target.as_deref()
     }
 
-    /// The format written.
-    pub fn format(&self) -> AccessLogFormat {
-        self.format
-    }
-
     /// Queues one line; drops it (counted) if the writer is far behind.
     pub fn write(&self, entry: Entry) {
         if self.tx.try_send(entry.render(self.format)).is_err() {
@@ -275,6 +270,24 @@ impl Logger {
     /// Times the file was opened again since the logger started.
     pub fn reopened(&self) -> u64 {
         self.state.reopened.load(Ordering::Relaxed)
+    }
+
+    /// What the snapshot shows of this log.
+    pub fn snapshot(&self) -> crate::stats::AccessLogSnapshot {
+        crate::stats::AccessLogSnapshot {
+            path: self
+                .target
+                .as_deref()
+                .map_or_else(|| "-".into(), |p| p.display().to_string()),
+            format: match self.format {
+                AccessLogFormat::Combined => "combined",
+                AccessLogFormat::Json => "json",
+            }
+            .into(),
+            dropped: self.dropped(),
+            write_errors: self.write_errors(),
+            reopened: self.reopened(),
+        }
     }
 }
 
