@@ -210,7 +210,7 @@ pub enum Source {
     /// at the end.
     H1(Conn, Decoder),
     /// A stream of an HTTP/2 connection (which stays with its worker's slot).
-    H2(hyper::body::Incoming),
+    H2(H2Recv),
 }
 
 impl Source {
@@ -218,8 +218,88 @@ impl Source {
     pub fn remaining(&self) -> Option<u64> {
         match self {
             Source::H1(_, d) => d.remaining(),
-            Source::H2(b) => b.size_hint().exact(),
+            Source::H2(b) => b.remaining(),
         }
+    }
+}
+
+/// The receiving half of a server's HTTP/2 stream: its data, then its trailers. The flow
+/// control window is given back as the data is taken, so a server sends no faster than the
+/// client reads.
+#[derive(Debug)]
+pub struct H2Recv {
+    stream: h2::RecvStream,
+    /// The answer's `Content-Length`, if it gave one.
+    length: Option<u64>,
+    /// Data bytes taken so far.
+    taken: u64,
+    /// Where the stream is: its data, its trailers, or nothing more.
+    stage: H2Stage,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum H2Stage {
+    Data,
+    Trailers,
+    Done,
+}
+
+impl H2Recv {
+    /// The body of an answer whose fields are `headers`.
+    pub fn new(stream: h2::RecvStream, headers: &http::HeaderMap) -> Self {
+        let length = headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        H2Recv {
+            stream,
+            length,
+            taken: 0,
+            stage: H2Stage::Data,
+        }
+    }
+
+    /// The data bytes still to come, when the server said how many it sends.
+    pub fn remaining(&self) -> Option<u64> {
+        self.length.map(|n| n.saturating_sub(self.taken))
+    }
+
+    /// Whether nothing more (not even trailers) is to come.
+    pub fn is_end_stream(&self) -> bool {
+        self.stage == H2Stage::Done || self.stream.is_end_stream()
+    }
+
+    /// The next frame: data, then the trailers; `None` at the end.
+    fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        if self.stage == H2Stage::Data {
+            match ready!(self.stream.poll_data(cx)) {
+                Some(Ok(d)) => {
+                    // The window is given back as the data is taken; a stream the server
+                    // reset meanwhile has none to give back, which is no error here.
+                    let _ = self.stream.flow_control().release_capacity(d.len());
+                    self.taken += d.len() as u64;
+                    return Poll::Ready(Some(Ok(Frame::data(d))));
+                }
+                Some(Err(e)) => {
+                    self.stage = H2Stage::Done;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                None => self.stage = H2Stage::Trailers,
+            }
+        }
+        if self.stage == H2Stage::Trailers {
+            let polled = ready!(self.stream.poll_trailers(cx));
+            self.stage = H2Stage::Done;
+            return Poll::Ready(match polled {
+                Ok(Some(t)) => Some(Ok(Frame::trailers(t))),
+                Ok(None) => None,
+                Err(e) => Some(Err(e)),
+            });
+        }
+        Poll::Ready(None)
     }
 }
 
@@ -241,7 +321,7 @@ pub enum BodyError {
     Compress(#[from] EncodeError),
     /// The server's HTTP/2 stream ended in an error (a reset, the connection lost).
     #[error("the server's HTTP/2 stream failed: {0}")]
-    H2(#[from] hyper::Error),
+    H2(#[from] h2::Error),
 }
 
 /// An access log line being filled in, and its log. (Boxed: it is most of an exchange's
@@ -302,7 +382,7 @@ enum Inner {
     /// A server's HTTP/2 stream; its trailers (gRPC's status) are kept when they arrive and
     /// sent after the last data.
     H2 {
-        body: Option<hyper::body::Incoming>,
+        body: Option<H2Recv>,
         trailers: Option<http::HeaderMap>,
     },
 }
@@ -565,7 +645,7 @@ impl RespBody {
 /// The next data of a server's HTTP/2 stream; its trailers are kept in `trailers`, and the
 /// stream is let go (`body` = `None`) at its end.
 fn poll_h2(
-    body: &mut Option<hyper::body::Incoming>,
+    body: &mut Option<H2Recv>,
     trailers: &mut Option<http::HeaderMap>,
     cx: &mut Context<'_>,
 ) -> Poll<Option<Result<Bytes, BodyError>>> {
@@ -573,7 +653,7 @@ fn poll_h2(
         let Some(b) = body.as_mut() else {
             return Poll::Ready(None);
         };
-        match ready!(Pin::new(b).poll_frame(cx)) {
+        match ready!(b.poll_frame(cx)) {
             None => {
                 *body = None;
                 return Poll::Ready(None);
@@ -601,7 +681,7 @@ fn poll_h2(
 }
 
 /// Whether an HTTP/2 stream has ended (nothing more, not even trailers, to come).
-fn h2_ended(body: &Option<hyper::body::Incoming>) -> bool {
+fn h2_ended(body: &Option<H2Recv>) -> bool {
     body.as_ref().is_none_or(|b| b.is_end_stream())
 }
 
@@ -673,7 +753,7 @@ impl Body for RespBody {
             // Trailers may follow the data: no exact length is promised.
             Inner::H2 { body, .. } => body.as_ref().map_or(SizeHint::default(), |b| {
                 let mut h = SizeHint::new();
-                h.set_lower(b.size_hint().lower());
+                h.set_lower(b.remaining().unwrap_or(0));
                 h
             }),
         }

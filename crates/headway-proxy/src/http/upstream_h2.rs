@@ -5,18 +5,26 @@
 //! the client's `Host`, `:path`), its fields as the HTTP/1 path would send them, less the
 //! connection-specific ones HTTP/2 forbids; `te: trailers` is kept when the client asked for
 //! trailers (gRPC clients do, and some gRPC servers require it). The body streams as the
-//! client sends it, trailers included ([`H2Body`]). The answer's head comes back within the
-//! group's `response_timeout`; its body, trailers included, is read as the client takes it
+//! client sends it, trailers included ([`H2Body`]), from a task of its own ([`pipe`]) that
+//! waits for the stream's flow-control window; a request without a body ends its stream with
+//! its head and needs none. The answer's head comes back within the group's
+//! `response_timeout` (a wait for a stream the server's concurrency limit holds back
+//! included); its body, trailers included, is read as the client takes it
 //! ([`crate::http::body::Source::H2`]).
 //!
-//! Retry classes, as for HTTP/1: a request the connection took no part of (it closed first;
-//! hyper hands the request back), or one the server refused unprocessed (`REFUSED_STREAM`,
-//! RFC 9113 §8.7), is [`Attempt::NotSent`]; a stream that failed after being sent is
-//! [`Attempt::NoResponse`].
+//! Retry classes, as for HTTP/1: a request the connection took no part of (it had closed),
+//! or a bodiless one the server refused unprocessed (`REFUSED_STREAM`, RFC 9113 §8.7), is
+//! [`Attempt::NotSent`]; a stream that failed after being sent is [`Attempt::NoResponse`].
 
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::task::Poll;
+
+use bytes::Bytes;
 use http::{HeaderValue, Request, StatusCode, Version};
+use hyper::body::Body as _;
 
-use super::body::{H2Body, ReqBody, Source};
+use super::body::{H2Body, H2Recv, ReqBody, Source};
 use super::codec::ResponseHead;
 use super::Attempt;
 use crate::group::ServerState;
@@ -59,17 +67,24 @@ impl H2Request {
         }
     }
 
-    fn to_request(&self, body: H2Body) -> Request<H2Body> {
-        let mut r = Request::new(body);
+    /// The request's head, saying `length` bytes of body follow when they are known and
+    /// the client did not say so itself.
+    fn to_request(&self, length: Option<u64>) -> Request<()> {
+        let mut r = Request::new(());
         *r.method_mut() = self.method.clone();
         *r.uri_mut() = self.uri.clone();
         *r.version_mut() = Version::HTTP_2;
         *r.headers_mut() = self.headers.clone();
+        if let Some(n) = length.filter(|&n| n > 0) {
+            r.headers_mut()
+                .entry(http::header::CONTENT_LENGTH)
+                .or_insert_with(|| HeaderValue::from(n));
+        }
         r
     }
 }
 
-/// One attempt on one server: stream, request, response head (1xx answers skipped by hyper).
+/// One attempt on one server: stream, request, response head (1xx answers skipped by h2).
 pub(super) async fn exchange(
     server: &std::sync::Arc<ServerState>,
     cfg: &headway_config::adc::ServerGroup,
@@ -78,7 +93,7 @@ pub(super) async fn exchange(
     max_body: Option<u64>,
     vs_counters: &std::sync::Arc<VirtualServerCounters>,
 ) -> Result<(ResponseHead, Source), Attempt> {
-    let (mut send, reused) = match server
+    let (send, reused) = match server
         .pool
         .h2_sender(server.address, cfg.connect_timeout, &server.counters)
         .await
@@ -86,9 +101,6 @@ pub(super) async fn exchange(
         Ok(s) => s,
         Err(e) => return Err(super::connect_failed(server, cfg, &e)),
     };
-    let inner = body.take().unwrap_or(ReqBody::Empty);
-    let sent_body = H2Body::new(inner, max_body, Some((vs_counters.clone(), server.clone())));
-    let fault = sent_body.fault_cell();
     let failed = |why: &str, counts: bool| {
         server.counters.failures.inc();
         if counts {
@@ -96,35 +108,67 @@ pub(super) async fn exchange(
         }
         tracing::debug!(group = %cfg.name, server = %server.address, reason = why, "request to server failed");
     };
+    let closed = |why: &str| {
+        server.pool.clear();
+        failed(why, false);
+        Attempt::NotSent(StatusCode::BAD_GATEWAY, "the server closed the connection")
+    };
     let sent_at = headway_core::SystemClock::now();
     let deadline = tokio::time::Instant::from_std(sent_at) + cfg.response_timeout;
-    let answer =
-        tokio::time::timeout_at(deadline, send.try_send_request(req.to_request(sent_body)));
-    let resp = match answer.await {
+    let bodiless = body.as_ref().is_none_or(|b| b.is_end_stream());
+    // A stream is opened once the server's concurrency limit allows one.
+    let send = match tokio::time::timeout_at(deadline, send.into_inner().ready()).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(_)) => return Err(closed("the connection closed before the request was sent")),
+        Err(_) => {
+            failed("response timeout", true);
+            return Err(Attempt::Fail(
+                StatusCode::GATEWAY_TIMEOUT,
+                "the server did not answer in time",
+            ));
+        }
+    };
+    let length = body.as_ref().and_then(|b| b.size_hint().exact());
+    let mut send = send;
+    let (answer, stream) = match send.send_request(req.to_request(length), bodiless) {
+        Ok(sent) => sent,
+        Err(e) if e.is_io() || e.is_go_away() || e.is_remote() => {
+            return Err(closed("the connection closed before the request was sent"))
+        }
+        Err(e) => {
+            failed(&e.to_string(), false);
+            return Err(Attempt::Fail(
+                StatusCode::BAD_GATEWAY,
+                "the request could not be sent over HTTP/2",
+            ));
+        }
+    };
+    let fault = if bodiless {
+        drop(stream);
+        None
+    } else {
+        let inner = body.take().unwrap_or(ReqBody::Empty);
+        let sent_body = H2Body::new(inner, max_body, Some((vs_counters.clone(), server.clone())));
+        let fault = sent_body.fault_cell();
+        tokio::spawn(pipe(sent_body, stream));
+        Some(fault)
+    };
+    let resp = match tokio::time::timeout_at(deadline, answer).await {
         Ok(Ok(r)) => r,
-        Ok(Err(mut e)) => {
-            if let Some(unsent) = e.take_message() {
-                // The connection closed before taking the request: nothing reached the server,
-                // and the body is whole for the next try.
-                *body = Some(unsent.into_body().into_inner());
-                server.pool.clear();
-                failed("the connection closed before the request was sent", false);
-                return Err(Attempt::NotSent(
-                    StatusCode::BAD_GATEWAY,
-                    "the server closed the connection",
-                ));
-            }
-            let e = e.into_error();
-            if let Some(fault) = H2Body::fault(&fault) {
+        Ok(Err(e)) => {
+            if let Some(fault) = fault.as_deref().and_then(H2Body::fault) {
                 let (status, why) = fault.answer();
                 return Err(Attempt::Fail(status, why));
             }
-            if refused(&e) {
+            if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
                 failed("the server refused the stream", false);
-                return Err(Attempt::NotSent(
-                    StatusCode::BAD_GATEWAY,
-                    "the server refused the request unprocessed",
-                ));
+                let why = "the server refused the request unprocessed";
+                // A body already on its way cannot be sent again.
+                return Err(if fault.is_none() {
+                    Attempt::NotSent(StatusCode::BAD_GATEWAY, why)
+                } else {
+                    Attempt::NoResponse(StatusCode::BAD_GATEWAY, why)
+                });
             }
             server.pool.clear();
             failed(&e.to_string(), !reused);
@@ -145,27 +189,86 @@ pub(super) async fn exchange(
     let rt = headway_core::SystemClock::now().saturating_duration_since(sent_at);
     server.counters.latency.record(rt);
     server.observe_response_time(rt);
-    let (parts, incoming) = resp.into_parts();
+    let (parts, stream) = resp.into_parts();
+    let source = H2Recv::new(stream, &parts.headers);
     Ok((
         ResponseHead {
             status: parts.status,
             version: Version::HTTP_2,
             headers: parts.headers,
         },
-        Source::H2(incoming),
+        Source::H2(source),
     ))
 }
 
-/// Whether `e` is the server's `REFUSED_STREAM`: the request was not processed and may be sent
-/// again (RFC 9113 §8.7).
-fn refused(e: &hyper::Error) -> bool {
-    use std::error::Error as _;
-    let mut source = e.source();
-    while let Some(s) = source {
-        if let Some(h2) = s.downcast_ref::<h2::Error>() {
-            return h2.reason() == Some(h2::Reason::REFUSED_STREAM);
+/// Sends the client's `body` on the server's `stream` as the stream's window allows, trailers
+/// included. A body that fails (the client's, or one past the limit: [`H2Body`] says which) or
+/// a stream the server reset ends it; the former resets the stream, so the answer fails too.
+async fn pipe(mut body: H2Body, mut stream: h2::SendStream<Bytes>) {
+    loop {
+        let frame = poll_fn(|cx| {
+            if stream.poll_reset(cx).is_ready() {
+                // The server is done with the stream (it answered early, or gave up).
+                return Poll::Ready(None);
+            }
+            Pin::new(&mut body).poll_frame(cx).map(Some)
+        })
+        .await;
+        let Some(frame) = frame else { return };
+        match frame {
+            None => {
+                let _ = stream.send_data(Bytes::new(), true);
+                return;
+            }
+            Some(Err(_)) => {
+                stream.send_reset(h2::Reason::CANCEL);
+                return;
+            }
+            Some(Ok(f)) => match f.into_data() {
+                Ok(data) => {
+                    let end = body.is_end_stream();
+                    if send_data(&mut stream, data, end).await.is_err() || end {
+                        return;
+                    }
+                }
+                Err(f) => {
+                    if let Ok(t) = f.into_trailers() {
+                        let _ = stream.send_trailers(t);
+                    } else {
+                        let _ = stream.send_data(Bytes::new(), true);
+                    }
+                    return;
+                }
+            },
         }
-        source = s.source();
     }
-    false
+}
+
+/// Sends `data` on `stream` as its window opens, the stream's end with the last of it when
+/// `end`.
+async fn send_data(
+    stream: &mut h2::SendStream<Bytes>,
+    mut data: Bytes,
+    end: bool,
+) -> Result<(), h2::Error> {
+    if data.is_empty() {
+        return if end {
+            stream.send_data(data, true)
+        } else {
+            Ok(())
+        };
+    }
+    while !data.is_empty() {
+        stream.reserve_capacity(data.len());
+        let granted = match poll_fn(|cx| stream.poll_capacity(cx)).await {
+            Some(r) => r?,
+            None => return Err(h2::Error::from(h2::Reason::STREAM_CLOSED)),
+        };
+        if granted == 0 {
+            continue;
+        }
+        let piece = data.split_to(granted.min(data.len()));
+        stream.send_data(piece, end && data.is_empty())?;
+    }
+    Ok(())
 }
