@@ -1691,6 +1691,115 @@ async fn http2_prior_knowledge_works_beside_http1() {
     }
 }
 
+/// HTTP/2 clients on the wire (the h2 crate, so the frames are ours to send): a body much
+/// larger than a stream's first window, `Expect: 100-continue` answered with a `100` before
+/// the body is sent, a client that resets one stream while others go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_clients_send_large_bodies_wait_for_100_continue_and_reset_streams() {
+    let o = Origin::start("o", Duration::ZERO).await;
+    let text = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", ""));
+    let (p, addr) = proxy(&text).await;
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let uri = |path: &str| format!("http://{addr}{path}");
+    async fn read_all(resp: http::Response<h2::RecvStream>) -> (u16, Vec<u8>) {
+        let status = resp.status().as_u16();
+        let mut body = resp.into_body();
+        let mut out = Vec::new();
+        while let Some(d) = body.data().await {
+            let d = d.unwrap();
+            let _ = body.flow_control().release_capacity(d.len());
+            out.extend_from_slice(&d);
+        }
+        (status, out)
+    }
+    async fn send_body(stream: &mut h2::SendStream<Bytes>, mut data: Bytes) {
+        while !data.is_empty() {
+            stream.reserve_capacity(data.len());
+            let n = std::future::poll_fn(|cx| stream.poll_capacity(cx))
+                .await
+                .unwrap()
+                .unwrap();
+            let piece = data.split_to(n.min(data.len()));
+            stream.send_data(piece, data.is_empty()).unwrap();
+        }
+    }
+
+    // 4 MiB up: four times the window a stream may send before the proxy reads.
+    let mut s = send.clone().ready().await.unwrap();
+    let req = http::Request::post(uri("/echo"))
+        .header("content-length", "4194304")
+        .body(())
+        .unwrap();
+    let (answer, mut up) = s.send_request(req, false).unwrap();
+    send_body(&mut up, Bytes::from(vec![b'x'; 4 << 20])).await;
+    let (status, body) = read_all(answer.await.unwrap()).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["body_bytes"], 4 << 20, "{v}");
+
+    // Expect: 100-continue: the 100 comes before any byte of the body is sent.
+    let mut s = send.clone().ready().await.unwrap();
+    let req = http::Request::post(uri("/echo"))
+        .header("expect", "100-continue")
+        .header("content-length", "5")
+        .body(())
+        .unwrap();
+    let (mut answer, mut up) = s.send_request(req, false).unwrap();
+    let informational = tokio::time::timeout(
+        Duration::from_secs(5),
+        std::future::poll_fn(|cx| answer.poll_informational(cx)),
+    )
+    .await
+    .expect("no 100 Continue came")
+    .unwrap()
+    .unwrap();
+    assert_eq!(informational.status(), 100);
+    send_body(&mut up, Bytes::from_static(b"hello")).await;
+    let (status, body) = read_all(answer.await.unwrap()).await;
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["body_bytes"], 5, "{v}");
+
+    // A stream reset while its answer is slow to come ends alone; the next one is answered.
+    let mut s = send.clone().ready().await.unwrap();
+    let req = http::Request::get(uri("/dynamic?latency=30s"))
+        .body(())
+        .unwrap();
+    let (answer, mut up) = s.send_request(req, true).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    up.send_reset(h2::Reason::CANCEL);
+    drop(answer);
+    let mut s = send.clone().ready().await.unwrap();
+    let req = http::Request::get(uri("/corpus/random/8KiB"))
+        .body(())
+        .unwrap();
+    let (answer, _) = s.send_request(req, true).unwrap();
+    let resp = answer.await.unwrap();
+    // The answer is framed for HTTP/2: a length, a date, no connection-specific fields.
+    assert_eq!(resp.headers()["content-length"], "8192");
+    assert!(resp.headers().contains_key("date"));
+    assert!(!resp.headers().contains_key("connection"));
+    let (status, body) = read_all(resp).await;
+    assert_eq!((status, body.len()), (200, 8192));
+    // The reset request's server exchange was given up, not left waiting.
+    let gone = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let s = p.snapshot();
+            if s.groups[0].servers[0].active == 0 {
+                return s;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the reset stream's exchange stayed active");
+    assert_eq!(gone.groups[0].servers[0].active, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sharepoint_example_does_what_the_seeds_netscaler_does() {
     // The example file as shipped, its four server addresses pointed at live origins and its

@@ -42,21 +42,27 @@ pub enum ReqBody {
     /// None: a request the proxy's own HTTP/1 loop read (it takes only bodiless ones, see
     /// `crate::http::h1`).
     Empty,
-    /// hyper's, as the client sends it.
+    /// hyper's (HTTP/1), as the client sends it.
     Client(hyper::body::Incoming),
+    /// An HTTP/2 client's stream (`crate::http::h2_server`).
+    H2(H2Recv),
 }
+
+/// Why a client's request body could not be read to its end.
+pub type ReqBodyError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Body for ReqBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = ReqBodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, ReqBodyError>>> {
         match self.get_mut() {
             ReqBody::Empty => Poll::Ready(None),
-            ReqBody::Client(b) => Pin::new(b).poll_frame(cx),
+            ReqBody::Client(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            ReqBody::H2(b) => b.poll_frame(cx).map_err(Into::into),
         }
     }
 
@@ -64,6 +70,7 @@ impl Body for ReqBody {
         match self {
             ReqBody::Empty => true,
             ReqBody::Client(b) => b.is_end_stream(),
+            ReqBody::H2(b) => b.is_end_stream(),
         }
     }
 
@@ -71,6 +78,20 @@ impl Body for ReqBody {
         match self {
             ReqBody::Empty => SizeHint::with_exact(0),
             ReqBody::Client(b) => b.size_hint(),
+            ReqBody::H2(b) => match b.remaining() {
+                // Trailers may follow the data: the length is a lower bound only when the
+                // stream has not said it ends.
+                Some(n) if b.is_end_stream() => SizeHint::with_exact(n),
+                Some(n) => {
+                    let mut h = SizeHint::new();
+                    h.set_lower(n);
+                    if n == 0 {
+                        h.set_upper(0);
+                    }
+                    h
+                }
+                None => SizeHint::default(),
+            },
         }
     }
 }
@@ -233,6 +254,8 @@ pub struct H2Recv {
     length: Option<u64>,
     /// Data bytes taken so far.
     taken: u64,
+    /// Set when the data is first asked for (an `Expect: 100-continue` is answered then).
+    read: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// Where the stream is: its data, its trailers, or nothing more.
     stage: H2Stage,
 }
@@ -255,8 +278,15 @@ impl H2Recv {
             stream,
             length,
             taken: 0,
+            read: None,
             stage: H2Stage::Data,
         }
+    }
+
+    /// The same, setting `read` when its data is first asked for.
+    pub fn watched(mut self, read: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        self.read = Some(read);
+        self
     }
 
     /// The data bytes still to come, when the server said how many it sends.
@@ -270,10 +300,13 @@ impl H2Recv {
     }
 
     /// The next frame: data, then the trailers; `None` at the end.
-    fn poll_frame(
+    pub(crate) fn poll_frame(
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        if let Some(read) = self.read.take() {
+            read.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         if self.stage == H2Stage::Data {
             match ready!(self.stream.poll_data(cx)) {
                 Some(Ok(d)) => {

@@ -291,7 +291,7 @@ fn put_length(out: &mut BytesMut, n: u64) {
 }
 
 /// The current time as an HTTP date, formatted once per second per thread.
-fn http_date() -> [u8; 29] {
+pub(super) fn http_date() -> [u8; 29] {
     use std::cell::Cell;
     thread_local! {
         static DATE: Cell<(u64, [u8; 29])> = const { Cell::new((u64::MAX, [0; 29])) };

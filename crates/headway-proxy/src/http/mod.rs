@@ -42,6 +42,8 @@ pub mod codec;
 pub mod compress;
 pub mod framing;
 pub mod h1;
+mod h2_pipe;
+mod h2_server;
 pub mod headers;
 pub mod mirror;
 pub mod rate_limit;
@@ -66,7 +68,7 @@ use headway_core::SystemClock;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
 use hyper::body::{Body as _, Incoming};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::watch;
 
 use crate::cache::{Cache, Fetch, Lookup, Reply};
@@ -167,10 +169,10 @@ pub struct VsRuntime {
     error_pages: answer::ErrorPages,
     /// The header of request IDs, if the virtual server gives them.
     request_id: Option<header::HeaderName>,
-    /// hyper's HTTP/1 and HTTP/2 server settings, built once (a builder per connection
-    /// allocated its timer anew each time).
+    /// hyper's HTTP/1 server settings, built once (a builder per connection allocated its
+    /// timer anew each time), and the HTTP/2 server's ([`h2_server`]).
     http1: hyper::server::conn::http1::Builder,
-    http2: hyper::server::conn::http2::Builder<TokioExecutor>,
+    http2: ::h2::server::Builder,
 }
 
 impl VsRuntime {
@@ -201,11 +203,7 @@ impl VsRuntime {
         if config.max_headers != 100 {
             http1.max_headers(config.max_headers);
         }
-        let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-        http2
-            .timer(TokioTimer::new())
-            .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX))
-            .max_concurrent_streams(256);
+        let http2 = h2_server::settings(config.max_header_bytes);
         let sends_proxy_protocol = std::iter::once(router.default_target())
             .chain(router.rules().map(|(_, t)| t))
             .filter_map(Target::group)
@@ -870,24 +868,24 @@ fn hyper_conn<S: Stream>(
     };
     conn.verdict = verdict;
     let conn = Arc::new(conn);
+    if h2 {
+        return Box::pin(h2_server::H2Conn::new(
+            write_batch::WriteBatch::new(io),
+            conn,
+            &vs.http2,
+        ));
+    }
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         // Boxed: a request's state machine is kilobytes, and hyper moves the service's future
         // into place by value; a box is copied once.
         let response = Box::pin(handle(conn.clone(), req.map(ReqBody::Client)));
         async move { Ok::<_, Infallible>(response.await) }
     });
-    if h2 {
-        Box::pin(
-            vs.http2
-                .serve_connection(TokioIo::new(write_batch::WriteBatch::new(io)), service),
-        )
-    } else {
-        Box::pin(
-            vs.http1
-                .serve_connection(TokioIo::new(io), service)
-                .with_upgrades(),
-        )
-    }
+    Box::pin(
+        vs.http1
+            .serve_connection(TokioIo::new(io), service)
+            .with_upgrades(),
+    )
 }
 
 /// An HTTP/1 connection: the proxy's own loop, then (from the first request it does not take)
@@ -996,22 +994,6 @@ where
     S: hyper::service::HttpService<Incoming, ResBody = RespBody> + Send,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     S::Future: Send,
-{
-    fn poll_served(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        std::future::Future::poll(self, cx).map_err(Into::into)
-    }
-
-    fn graceful(self: Pin<&mut Self>) {
-        self.graceful_shutdown();
-    }
-}
-
-impl<I, S> Served for hyper::server::conn::http2::Connection<I, S, TokioExecutor>
-where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-    S: hyper::service::HttpService<Incoming, ResBody = RespBody> + Send,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    S::Future: Send + 'static,
 {
     fn poll_served(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         std::future::Future::poll(self, cx).map_err(Into::into)

@@ -5,7 +5,7 @@
 //! the client's `Host`, `:path`), its fields as the HTTP/1 path would send them, less the
 //! connection-specific ones HTTP/2 forbids; `te: trailers` is kept when the client asked for
 //! trailers (gRPC clients do, and some gRPC servers require it). The body streams as the
-//! client sends it, trailers included ([`H2Body`]), from a task of its own ([`pipe`]) that
+//! client sends it, trailers included ([`H2Body`]), from a task of its own that
 //! waits for the stream's flow-control window; a request without a body ends its stream with
 //! its head and needs none. The answer's head comes back within the group's
 //! `response_timeout` (a wait for a stream the server's concurrency limit holds back
@@ -16,11 +16,6 @@
 //! or a bodiless one the server refused unprocessed (`REFUSED_STREAM`, RFC 9113 §8.7), is
 //! [`Attempt::NotSent`]; a stream that failed after being sent is [`Attempt::NoResponse`].
 
-use std::future::poll_fn;
-use std::pin::Pin;
-use std::task::Poll;
-
-use bytes::Bytes;
 use http::{HeaderValue, Request, StatusCode, Version};
 use hyper::body::Body as _;
 
@@ -150,7 +145,9 @@ pub(super) async fn exchange(
         let inner = body.take().unwrap_or(ReqBody::Empty);
         let sent_body = H2Body::new(inner, max_body, Some((vs_counters.clone(), server.clone())));
         let fault = sent_body.fault_cell();
-        tokio::spawn(pipe(sent_body, stream));
+        // A body that fails (the client's, or one past the limit: `H2Body` says which) resets
+        // the stream, so the answer fails too.
+        tokio::spawn(super::h2_pipe::pipe(sent_body, stream, h2::Reason::CANCEL));
         Some(fault)
     };
     let resp = match tokio::time::timeout_at(deadline, answer).await {
@@ -199,76 +196,4 @@ pub(super) async fn exchange(
         },
         Source::H2(source),
     ))
-}
-
-/// Sends the client's `body` on the server's `stream` as the stream's window allows, trailers
-/// included. A body that fails (the client's, or one past the limit: [`H2Body`] says which) or
-/// a stream the server reset ends it; the former resets the stream, so the answer fails too.
-async fn pipe(mut body: H2Body, mut stream: h2::SendStream<Bytes>) {
-    loop {
-        let frame = poll_fn(|cx| {
-            if stream.poll_reset(cx).is_ready() {
-                // The server is done with the stream (it answered early, or gave up).
-                return Poll::Ready(None);
-            }
-            Pin::new(&mut body).poll_frame(cx).map(Some)
-        })
-        .await;
-        let Some(frame) = frame else { return };
-        match frame {
-            None => {
-                let _ = stream.send_data(Bytes::new(), true);
-                return;
-            }
-            Some(Err(_)) => {
-                stream.send_reset(h2::Reason::CANCEL);
-                return;
-            }
-            Some(Ok(f)) => match f.into_data() {
-                Ok(data) => {
-                    let end = body.is_end_stream();
-                    if send_data(&mut stream, data, end).await.is_err() || end {
-                        return;
-                    }
-                }
-                Err(f) => {
-                    if let Ok(t) = f.into_trailers() {
-                        let _ = stream.send_trailers(t);
-                    } else {
-                        let _ = stream.send_data(Bytes::new(), true);
-                    }
-                    return;
-                }
-            },
-        }
-    }
-}
-
-/// Sends `data` on `stream` as its window opens, the stream's end with the last of it when
-/// `end`.
-async fn send_data(
-    stream: &mut h2::SendStream<Bytes>,
-    mut data: Bytes,
-    end: bool,
-) -> Result<(), h2::Error> {
-    if data.is_empty() {
-        return if end {
-            stream.send_data(data, true)
-        } else {
-            Ok(())
-        };
-    }
-    while !data.is_empty() {
-        stream.reserve_capacity(data.len());
-        let granted = match poll_fn(|cx| stream.poll_capacity(cx)).await {
-            Some(r) => r?,
-            None => return Err(h2::Error::from(h2::Reason::STREAM_CLOSED)),
-        };
-        if granted == 0 {
-            continue;
-        }
-        let piece = data.split_to(granted.min(data.len()));
-        stream.send_data(piece, end && data.is_empty())?;
-    }
-    Ok(())
 }
