@@ -95,10 +95,17 @@ pub fn bench_lab(wan: WanMode, prefix: &str) -> Result<LabOptions> {
 /// `out/NAME.csv`.
 pub fn write_report(out: &Path, name: &str, md: &str, csv: &str) -> Result<()> {
     println!("{md}");
+    save_report(out, name, md, csv)?;
+    println!("report: {}/{name}.md, {name}.csv", out.display());
+    Ok(())
+}
+
+/// Writes a report's files as they stand, without printing: a long run saves its rows as
+/// they are measured, so one that fails or is interrupted keeps what it finished.
+pub fn save_report(out: &Path, name: &str, md: &str, csv: &str) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     std::fs::write(out.join(format!("{name}.md")), md)?;
     std::fs::write(out.join(format!("{name}.csv")), csv)?;
-    println!("report: {}/{name}.md, {name}.csv", out.display());
     Ok(())
 }
 

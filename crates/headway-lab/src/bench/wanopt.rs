@@ -496,149 +496,170 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
         )
     };
     let raw = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_default();
-    for c in &cells {
-        let key = (c.bandwidth_mbps, c.rtt_ms, c.loss_pct);
-        if current != Some(key) {
-            lab.set_link(
-                "wan",
-                Dir::Both,
-                &cell_params(c.bandwidth_mbps, c.rtt_ms, c.loss_pct),
-            )?;
-            pair.reconfigure(&PairOptions {
-                link_rate_bps: (c.bandwidth_mbps * 1e6).round() as u64,
-                rtt: Duration::from_millis(c.rtt_ms),
-                fec: !args.no_fec,
-                class: class_name(&args.class),
-                ..PairOptions::default()
-            })?;
-            current = Some(key);
-        }
-        let label = format!(
-            "{} {}M/{}ms/{}%",
-            c.file, c.bandwidth_mbps, c.rtt_ms, c.loss_pct
-        );
-        let mut baseline = None;
-        if !args.skip_baseline {
-            pair.stop_both()?;
-            baseline = timed_fetch(
-                &lab,
-                &exe,
-                &listen,
-                c.file,
-                &format!("{label} baseline"),
-                args.cell_timeout,
-            )?
-            .map(|f| f.total_seconds);
-        }
-        let mut runs = Vec::new();
-        for run in 1..=args.repeats {
-            let label = if args.repeats > 1 {
-                format!("{label} run {run}")
-            } else {
-                label.clone()
+    // Each row is saved as soon as it is measured (a run of the slow rows takes most of an
+    // hour): a run that fails or is interrupted keeps the rows it finished.
+    let mut done = 0usize;
+    let mut measure = || -> Result<()> {
+        for c in &cells {
+            let key = (c.bandwidth_mbps, c.rtt_ms, c.loss_pct);
+            if current != Some(key) {
+                lab.set_link(
+                    "wan",
+                    Dir::Both,
+                    &cell_params(c.bandwidth_mbps, c.rtt_ms, c.loss_pct),
+                )?;
+                pair.reconfigure(&PairOptions {
+                    link_rate_bps: (c.bandwidth_mbps * 1e6).round() as u64,
+                    rtt: Duration::from_millis(c.rtt_ms),
+                    fec: !args.no_fec,
+                    class: class_name(&args.class),
+                    ..PairOptions::default()
+                })?;
+                current = Some(key);
+            }
+            let label = format!(
+                "{} {}M/{}ms/{}%",
+                c.file, c.bandwidth_mbps, c.rtt_ms, c.loss_pct
+            );
+            let mut baseline = None;
+            if !args.skip_baseline {
+                pair.stop_both()?;
+                baseline = timed_fetch(
+                    &lab,
+                    &exe,
+                    &listen,
+                    c.file,
+                    &format!("{label} baseline"),
+                    args.cell_timeout,
+                )?
+                .map(|f| f.total_seconds);
+            }
+            let mut runs = Vec::new();
+            for run in 1..=args.repeats {
+                let label = if args.repeats > 1 {
+                    format!("{label} run {run}")
+                } else {
+                    label.clone()
+                };
+                runs.push(optimized_run(
+                    &lab,
+                    &mut pair,
+                    &exe,
+                    &listen,
+                    c.file,
+                    &label,
+                    args.cell_timeout,
+                )?);
+            }
+            let (mut cell, first_runs) = median_run(runs);
+            cell.baseline = baseline;
+            let size = headway_origin::corpus::file(c.file).map_or(0, |d| d.size());
+            // Goodput over the whole download, over the body alone (from the response header
+            // on: the request's round trip excluded), and over the download less one RTT (the
+            // earliest a first byte can arrive: stricter than the body's time, and not flattered
+            // when a loss delays the header while the body behind it arrives on time).
+            let rtt_s = c.rtt_ms as f64 / 1000.0;
+            let whole_and_body = |factor: f64| {
+                cell.first.map(|t| {
+                    let body = t - cell.first_header.unwrap_or(0.0);
+                    let of = |s| goodput_of_target(size, s, c.bandwidth_mbps, c.loss_pct, factor);
+                    format!("{:.2} · {:.2} · {:.2}", of(t), of(body), of(t - rtt_s))
+                })
             };
-            runs.push(optimized_run(
-                &lab,
-                &mut pair,
-                &exe,
-                &listen,
+            let goodput = whole_and_body(1.0);
+            let reduction = cell.first_traffic.reduction();
+            let reduced = reduction.and_then(|r| whole_and_body(0.9 * r));
+            let target = 2.0 * c.rtt_ms as f64 / 1000.0 + 0.1;
+            let restored_and_loss = format!(
+                "{} · {} · {} · {} · {}/{}/{} · {}",
+                cell.first_repair_sent,
+                cell.first_fec_restored,
+                cell.first_sent,
+                cell.first_resent,
+                cell.first_cc.0,
+                cell.first_cc.1,
+                cell.first_cc.2,
+                cell.first_path_loss
+                    .map_or("–".into(), |l| format!("{:.1} %", l * 100.0))
+            );
+            writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} |",
+                c.bandwidth_mbps,
+                c.rtt_ms,
+                c.loss_pct,
                 c.file,
-                &label,
-                args.cell_timeout,
-            )?);
+                if args.skip_baseline {
+                    "–".into()
+                } else {
+                    secs(cell.baseline)
+                },
+                if first_runs.len() > 1 {
+                    let runs: Vec<String> = first_runs.iter().map(|r| secs(*r)).collect();
+                    format!("{} ({})", secs(cell.first), runs.join(" · "))
+                } else {
+                    secs(cell.first)
+                },
+                secs(cell.second),
+                goodput.unwrap_or_else(|| "–".into()),
+                reduction.map_or_else(|| "–".into(), |r| format!("{r:.2}")),
+                reduced.unwrap_or_else(|| "–".into()),
+                match cell.second {
+                    Some(t) if t <= target => "yes",
+                    _ => "NO",
+                },
+                restored_and_loss,
+                c.baseline_s,
+                c.first_pass_s,
+                c.second_pass_s
+            )?;
+            writeln!(
+                csv,
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                c.bandwidth_mbps,
+                c.rtt_ms,
+                c.loss_pct,
+                c.file,
+                raw(cell.baseline),
+                raw(cell.first),
+                raw(cell.second),
+                cell.first_traffic.lan,
+                cell.first_traffic.wan,
+                cell.first_fec_restored,
+                c.baseline_s,
+                c.first_pass_s,
+                c.second_pass_s,
+                cell.first_path_loss
+                    .map_or(String::new(), |l| format!("{:.2}", l * 100.0)),
+                cell.first_resent,
+                cell.first_repair_sent,
+                cell.first_sent,
+                cell.first_cc.0,
+                cell.first_cc.1,
+                cell.first_cc.2,
+                first_runs
+                    .iter()
+                    .map(|r| raw(*r))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )?;
+            done += 1;
+            super::save_report(&args.out, "file-download", &md, &csv)?;
+            eprintln!(
+                "[{done}/{}] {label}: 1st pass {} s, 2nd pass {} s",
+                cells.len(),
+                secs(cell.first),
+                secs(cell.second)
+            );
         }
-        let (mut cell, first_runs) = median_run(runs);
-        cell.baseline = baseline;
-        let size = headway_origin::corpus::file(c.file).map_or(0, |d| d.size());
-        // Goodput over the whole download, over the body alone (from the response header
-        // on: the request's round trip excluded), and over the download less one RTT (the
-        // earliest a first byte can arrive: stricter than the body's time, and not flattered
-        // when a loss delays the header while the body behind it arrives on time).
-        let rtt_s = c.rtt_ms as f64 / 1000.0;
-        let whole_and_body = |factor: f64| {
-            cell.first.map(|t| {
-                let body = t - cell.first_header.unwrap_or(0.0);
-                let of = |s| goodput_of_target(size, s, c.bandwidth_mbps, c.loss_pct, factor);
-                format!("{:.2} · {:.2} · {:.2}", of(t), of(body), of(t - rtt_s))
-            })
-        };
-        let goodput = whole_and_body(1.0);
-        let reduction = cell.first_traffic.reduction();
-        let reduced = reduction.and_then(|r| whole_and_body(0.9 * r));
-        let target = 2.0 * c.rtt_ms as f64 / 1000.0 + 0.1;
-        let restored_and_loss = format!(
-            "{} · {} · {} · {} · {}/{}/{} · {}",
-            cell.first_repair_sent,
-            cell.first_fec_restored,
-            cell.first_sent,
-            cell.first_resent,
-            cell.first_cc.0,
-            cell.first_cc.1,
-            cell.first_cc.2,
-            cell.first_path_loss
-                .map_or("–".into(), |l| format!("{:.1} %", l * 100.0))
-        );
-        writeln!(
-            md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} |",
-            c.bandwidth_mbps,
-            c.rtt_ms,
-            c.loss_pct,
-            c.file,
-            if args.skip_baseline {
-                "–".into()
-            } else {
-                secs(cell.baseline)
-            },
-            if first_runs.len() > 1 {
-                let runs: Vec<String> = first_runs.iter().map(|r| secs(*r)).collect();
-                format!("{} ({})", secs(cell.first), runs.join(" · "))
-            } else {
-                secs(cell.first)
-            },
-            secs(cell.second),
-            goodput.unwrap_or_else(|| "–".into()),
-            reduction.map_or_else(|| "–".into(), |r| format!("{r:.2}")),
-            reduced.unwrap_or_else(|| "–".into()),
-            match cell.second {
-                Some(t) if t <= target => "yes",
-                _ => "NO",
-            },
-            restored_and_loss,
-            c.baseline_s,
-            c.first_pass_s,
-            c.second_pass_s
-        )?;
-        writeln!(
-            csv,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-            c.bandwidth_mbps,
-            c.rtt_ms,
-            c.loss_pct,
-            c.file,
-            raw(cell.baseline),
-            raw(cell.first),
-            raw(cell.second),
-            cell.first_traffic.lan,
-            cell.first_traffic.wan,
-            cell.first_fec_restored,
-            c.baseline_s,
-            c.first_pass_s,
-            c.second_pass_s,
-            cell.first_path_loss
-                .map_or(String::new(), |l| format!("{:.2}", l * 100.0)),
-            cell.first_resent,
-            cell.first_repair_sent,
-            cell.first_sent,
-            cell.first_cc.0,
-            cell.first_cc.1,
-            cell.first_cc.2,
-            first_runs
-                .iter()
-                .map(|r| raw(*r))
-                .collect::<Vec<_>>()
-                .join(" ")
-        )?;
+        Ok(())
+    };
+    if let Err(e) = measure() {
+        return Err(e.context(format!(
+            "the run stopped after {done} of {} cells; their rows are in {}",
+            cells.len(),
+            args.out.join("file-download.md").display()
+        )));
     }
     drop(pair);
     lab.down()?;
