@@ -1740,6 +1740,9 @@ async fn http2_clients_send_large_bodies_wait_for_100_continue_and_reset_streams
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["body_bytes"], 4 << 20, "{v}");
+    // Framed for the HTTP/1 server as the client framed it: by its length, not chunked.
+    assert_eq!(v["headers"]["content-length"][0], "4194304", "{v}");
+    assert!(v["headers"].get("transfer-encoding").is_none(), "{v}");
 
     // Expect: 100-continue: the 100 comes before any byte of the body is sent.
     let mut s = send.clone().ready().await.unwrap();

@@ -78,20 +78,11 @@ impl Body for ReqBody {
         match self {
             ReqBody::Empty => SizeHint::with_exact(0),
             ReqBody::Client(b) => b.size_hint(),
-            ReqBody::H2(b) => match b.remaining() {
-                // Trailers may follow the data: the length is a lower bound only when the
-                // stream has not said it ends.
-                Some(n) if b.is_end_stream() => SizeHint::with_exact(n),
-                Some(n) => {
-                    let mut h = SizeHint::new();
-                    h.set_lower(n);
-                    if n == 0 {
-                        h.set_upper(0);
-                    }
-                    h
-                }
-                None => SizeHint::default(),
-            },
+            // The client's `Content-Length` (h2 checks the data against it), so that an
+            // HTTP/1 server gets the body framed by its length, as the client framed it.
+            ReqBody::H2(b) => b
+                .remaining()
+                .map_or_else(SizeHint::default, SizeHint::with_exact),
         }
     }
 }
