@@ -3,9 +3,11 @@
 //! ```text
 //!  client conn ──▶ HTTP/1: the own loop ([`h1`]: bodiless requests, keep-alive, pipelining)
 //!                  │       └─ from the first request it does not take (a body, Expect,
-//!                  │          Upgrade, a bad or oversized head): ─┐
-//!                  └ HTTP/2 (prior knowledge, ALPN) ──────────────┴▶ Guarded (framing check,
-//!                                                                    activity) ──▶ hyper
+//!                  │          Upgrade, a bad or oversized head): ─▶ Guarded (framing check,
+//!                  │                                                 activity) ──▶ hyper
+//!                  └ HTTP/2 (prior knowledge, ALPN) ──▶ Guarded (activity) ──▶ the h2 crate,
+//!                                                       streams polled in the connection's
+//!                                                       task ([`h2_server`])
 //!  per request:
 //!   1 admit     framing verdict (400 + close) · CONNECT (501) · an `Upgrade` request is
 //!               marked for a tunnel (WebSocket) or served plain, closing · per-client rate (429)
@@ -785,7 +787,7 @@ pub async fn serve_connection(
 /// with the stream when it wants to know (TLS keeps the last answer for its close).
 ///
 /// HTTP/1 connections are served by the proxy's own loop ([`h1`]) until a request needs hyper;
-/// HTTP/2 ones by hyper.
+/// HTTP/2 ones on the h2 crate (`h2_server`).
 pub async fn serve_stream<S: Stream>(
     slot: Arc<Slot>,
     stream: S,
@@ -844,8 +846,8 @@ impl Drop for Unhook<'_> {
     }
 }
 
-/// hyper serving `stream` (the rest of an HTTP/1 connection, or an HTTP/2 one) for `conn`,
-/// behind the framing check.
+/// hyper serving `stream` (the rest of an HTTP/1 connection) for `conn` behind the framing
+/// check, or the HTTP/2 server serving an HTTP/2 one.
 fn hyper_conn<S: Stream>(
     vs: &VsRuntime,
     stream: S,
