@@ -1773,7 +1773,26 @@ async fn http2_clients_send_large_bodies_wait_for_100_continue_and_reset_streams
         .body(())
         .unwrap();
     let (answer, mut up) = s.send_request(req, true).unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The server's requests in flight, once they are `n` (within 5 s).
+    let active = |n: u64| {
+        let p = &p;
+        async move {
+            tokio::time::timeout(Duration::from_secs(5), async {
+                loop {
+                    let s = p.snapshot();
+                    if s.groups[0].servers[0].active == n {
+                        return s;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+        }
+    };
+    // Reset once the request is at the server.
+    active(1)
+        .await
+        .expect("the slow request never reached the server");
     up.send_reset(h2::Reason::CANCEL);
     drop(answer);
     let mut s = send.clone().ready().await.unwrap();
@@ -1789,17 +1808,9 @@ async fn http2_clients_send_large_bodies_wait_for_100_continue_and_reset_streams
     let (status, body) = read_all(resp).await;
     assert_eq!((status, body.len()), (200, 8192));
     // The reset request's server exchange was given up, not left waiting.
-    let gone = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            let s = p.snapshot();
-            if s.groups[0].servers[0].active == 0 {
-                return s;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("the reset stream's exchange stayed active");
+    let gone = active(0)
+        .await
+        .expect("the reset stream's exchange stayed active");
     assert_eq!(gone.groups[0].servers[0].active, 0);
 }
 

@@ -176,7 +176,9 @@ async fn stream(
     .await;
     let Some(resp) = resp else { return };
     let (mut head, body) = resp.into_parts();
-    strip_connection_fields(&mut head.headers);
+    // The fields HTTP/2 forbids (RFC 9113 §8.2.2): a server's answer lost its hop-by-hop
+    // fields in phase 5 already; this is for the proxy's own (`Connection: close`).
+    super::headers::strip_hop_by_hop(&mut head.headers);
     if let Some(n) = body.size_hint().exact() {
         head.headers
             .entry(header::CONTENT_LENGTH)
@@ -194,27 +196,5 @@ async fn stream(
     if !end {
         // A body that fails resets the stream: the client sees the answer cut short.
         super::h2_pipe::pipe(body, out, h2::Reason::INTERNAL_ERROR).await;
-    }
-}
-
-/// Removes the fields HTTP/2 forbids in an answer (RFC 9113 §8.2.2).
-fn strip_connection_fields(h: &mut http::HeaderMap) {
-    if h.contains_key(header::CONNECTION) {
-        super::headers::strip_hop_by_hop(h);
-    }
-    for name in [
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-        header::HeaderName::from_static("keep-alive"),
-        header::HeaderName::from_static("proxy-connection"),
-    ] {
-        if h.contains_key(&name) {
-            h.remove(&name);
-        }
-    }
-    if h.get(header::TE)
-        .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"trailers"))
-    {
-        h.remove(header::TE);
     }
 }

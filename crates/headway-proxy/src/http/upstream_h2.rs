@@ -103,33 +103,32 @@ pub(super) async fn exchange(
         }
         tracing::debug!(group = %cfg.name, server = %server.address, reason = why, "request to server failed");
     };
-    let closed = |why: &str| {
+    // The connection had closed: nothing reached the server.
+    let closed = || {
         server.pool.clear();
-        failed(why, false);
+        failed("the connection closed before the request was sent", false);
         Attempt::NotSent(StatusCode::BAD_GATEWAY, "the server closed the connection")
+    };
+    let timed_out = || {
+        failed("response timeout", true);
+        Attempt::Fail(
+            StatusCode::GATEWAY_TIMEOUT,
+            "the server did not answer in time",
+        )
     };
     let sent_at = headway_core::SystemClock::now();
     let deadline = tokio::time::Instant::from_std(sent_at) + cfg.response_timeout;
     let bodiless = body.as_ref().is_none_or(|b| b.is_end_stream());
     // A stream is opened once the server's concurrency limit allows one.
-    let send = match tokio::time::timeout_at(deadline, send.into_inner().ready()).await {
+    let mut send = match tokio::time::timeout_at(deadline, send.into_inner().ready()).await {
         Ok(Ok(s)) => s,
-        Ok(Err(_)) => return Err(closed("the connection closed before the request was sent")),
-        Err(_) => {
-            failed("response timeout", true);
-            return Err(Attempt::Fail(
-                StatusCode::GATEWAY_TIMEOUT,
-                "the server did not answer in time",
-            ));
-        }
+        Ok(Err(_)) => return Err(closed()),
+        Err(_) => return Err(timed_out()),
     };
     let length = body.as_ref().and_then(|b| b.size_hint().exact());
-    let mut send = send;
     let (answer, stream) = match send.send_request(req.to_request(length), bodiless) {
         Ok(sent) => sent,
-        Err(e) if e.is_io() || e.is_go_away() || e.is_remote() => {
-            return Err(closed("the connection closed before the request was sent"))
-        }
+        Err(e) if e.is_io() || e.is_go_away() || e.is_remote() => return Err(closed()),
         Err(e) => {
             failed(&e.to_string(), false);
             return Err(Attempt::Fail(
@@ -174,13 +173,7 @@ pub(super) async fn exchange(
                 "the server closed the connection without a response",
             ));
         }
-        Err(_) => {
-            failed("response timeout", true);
-            return Err(Attempt::Fail(
-                StatusCode::GATEWAY_TIMEOUT,
-                "the server did not answer in time",
-            ));
-        }
+        Err(_) => return Err(timed_out()),
     };
     crate::group::passive_outcome(server, cfg, true);
     let rt = headway_core::SystemClock::now().saturating_duration_since(sent_at);
