@@ -487,14 +487,18 @@ async fn least_connection_sends_new_requests_away_from_a_slow_server() {
     );
     let (_p, addr) = proxy(&text).await;
     let c = client();
-    // 8 clients, each sending requests back to back for a while: the slow server holds its
-    // requests long, so least connection keeps choosing the fast one.
+    // 8 clients sending requests back to back until 320 have been sent between them: the
+    // slow server holds its requests long, so least connection keeps choosing the fast one.
+    // (Each client sending a fixed number instead let the last one left alone split its
+    // remaining requests evenly between two idle servers — a coin toss per request that a
+    // busy CI machine, leaving more for the last client, once lost at exactly 10 %.)
     let counts = Arc::new(parking_lot::Mutex::new(HashMap::<String, u32>::new()));
+    let sent = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let mut tasks = Vec::new();
     for _ in 0..8 {
-        let (c, counts) = (c.clone(), counts.clone());
+        let (c, counts, sent) = (c.clone(), counts.clone(), sent.clone());
         tasks.push(tokio::spawn(async move {
-            for _ in 0..40 {
+            while sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 320 {
                 let a = get(&c, addr, "/healthz").await;
                 assert_eq!(a.status, 200);
                 *counts.lock().entry(a.origin()).or_default() += 1;
