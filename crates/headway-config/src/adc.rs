@@ -240,7 +240,8 @@ pub enum UpstreamProtocol {
     /// HTTP/1.1: one request at a time on each pooled connection.
     #[default]
     Http1,
-    /// HTTP/2: one connection per server and worker, each request a stream of it (gRPC).
+    /// HTTP/2: each request a stream of a connection per server and worker (more when the
+    /// server's stream limit fills one); gRPC needs it.
     Http2,
 }
 

@@ -25,8 +25,9 @@
 //! connection is reused only for that same client connection's later requests ([`Conn`]
 //! remembers whom it names), never for another client's.
 //!
-//! A group with `protocol = "h2"` speaks HTTP/2 to its servers instead: one connection per
-//! server and worker carries every request as a stream ([`h2`], [`Pool::h2_sender`]).
+//! A group with `protocol = "h2"` speaks HTTP/2 to its servers instead: a connection per server
+//! and worker (more when the server's stream limit fills it) carries every request as a stream
+//! ([`h2`], [`Pool::h2_sender`]).
 //!
 //! Cancel safety: [`Pool::checkout`] may be dropped at any await point; a connection it had
 //! taken is then closed, never returned half-used.

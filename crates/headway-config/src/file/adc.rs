@@ -172,9 +172,10 @@ pub struct ServerGroupSection {
     /// itself). Default: none.
     pub send_proxy_protocol: Option<Spanned<String>>,
     /// The HTTP version spoken to the servers: `"http1"` (HTTP/1.1, a pooled connection per
-    /// request in flight) or `"h2"` (HTTP/2: one connection per server and worker carrying
-    /// every request as a stream of its own, with trailers passed both ways — what gRPC
-    /// services need; cleartext with prior knowledge, or negotiated by ALPN under
+    /// request in flight) or `"h2"` (HTTP/2: every request a stream of its own on a connection
+    /// per server and worker, another opened when the server's limit of concurrent streams
+    /// fills one, with trailers passed both ways — what gRPC services need; cleartext with
+    /// prior knowledge, or negotiated by ALPN under
     /// `[server_group.tls]`). Protocol upgrades (WebSocket) to an `"h2"` group are served as
     /// plain requests. Not with `send_proxy_protocol`. Default: `"http1"`.
     pub protocol: Option<Spanned<String>>,

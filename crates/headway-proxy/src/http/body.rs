@@ -249,6 +249,8 @@ pub struct H2Recv {
     read: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// Where the stream is: its data, its trailers, or nothing more.
     stage: H2Stage,
+    /// An answer's place on the server connection, given back with the body.
+    _place: Option<crate::upstream::h2::Stream>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,7 +273,14 @@ impl H2Recv {
             taken: 0,
             read: None,
             stage: H2Stage::Data,
+            _place: None,
         }
+    }
+
+    /// The same, holding `place` on the server's connection until the body is dropped.
+    pub fn holding(mut self, place: Option<crate::upstream::h2::Stream>) -> Self {
+        self._place = place;
+        self
     }
 
     /// The same, setting `read` when its data is first asked for.

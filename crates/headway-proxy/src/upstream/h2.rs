@@ -1,24 +1,27 @@
-//! HTTP/2 connections to the servers of a group with `protocol = "h2"`: one per server and
-//! worker, shared by every request of that worker as a stream of its own.
+//! HTTP/2 connections to the servers of a group with `protocol = "h2"`: per server and worker,
+//! one or more, each shared by the worker's requests as streams of their own.
 //!
-//! A worker's connection is made by the first request that needs it (the TCP connect, the
-//! PROXY-less TLS handshake with ALPN `h2` if the group has TLS, the HTTP/2 preface) and kept
-//! while it is open; requests that arrive while it is being made wait for it instead of each
-//! opening one, and when making it failed they fail with the same reason at once (a dead server
-//! costs the waiting requests one connect timeout, not one each). The connection's frames are
-//! read and written by a task of its own on the worker, on the `h2` crate directly: a request
-//! opens its stream from its own task and reads the answer there, with no task or channel of
-//! its own in between (hyper's HTTP/2 client spent a task, a channel message and a one-shot
-//! per request, about a fifth of the client side's CPU). The streams' limits are the server's
-//! `SETTINGS_MAX_CONCURRENT_STREAMS` (requests beyond them wait for a stream to close). A
-//! connection the server closed (a GOAWAY, a reset) is replaced by the next request; one unused
-//! for the pool's idle timeout too. `pool_max_idle = 0` keeps none: each request opens its own.
-//! A server that went away without a FIN is noticed by a ping every [`KEEP_ALIVE`] that gets no
-//! answer within [`PING_TIMEOUT`].
+//! A worker's first connection is made by the first request that needs it (the TCP connect,
+//! the PROXY-less TLS handshake with ALPN `h2` if the group has TLS, the HTTP/2 preface) and
+//! kept while it is open; requests that arrive while it is being made wait for it instead of
+//! each opening one, and when making it failed they fail with the same reason at once (a dead
+//! server costs the waiting requests one connect timeout, not one each). A request takes the
+//! first connection with room for one more stream under the server's
+//! `SETTINGS_MAX_CONCURRENT_STREAMS`, counting the streams whose answers are still being read
+//! ([`Stream`]); when every connection is full another is made, as HAProxy does (up to
+//! [`MAX_CONNECTIONS`]; past them requests wait for a stream to close). The connection's frames
+//! are read and written by a task of its own on the worker, on the `h2` crate directly: a
+//! request opens its stream from its own task and reads the answer there, with no task or
+//! channel of its own in between (hyper's HTTP/2 client spent a task, a channel message and a
+//! one-shot per request, about a fifth of the client side's CPU). A connection the server
+//! closed (a GOAWAY, a reset) is replaced by the next request; one unused for the pool's idle
+//! timeout too. `pool_max_idle = 0` keeps none: each request opens its own. A server that went
+//! away without a FIN is noticed by a ping every [`KEEP_ALIVE`] that gets no answer within
+//! [`PING_TIMEOUT`].
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,6 +49,8 @@ pub struct Sender {
     send: h2::client::SendRequest<Bytes>,
     /// Set by the connection's task when the connection has ended.
     closed: Arc<AtomicBool>,
+    /// Streams of this connection in use (see [`Stream`]).
+    open: Arc<AtomicUsize>,
 }
 
 impl Sender {
@@ -58,12 +63,40 @@ impl Sender {
     pub fn into_inner(self) -> h2::client::SendRequest<Bytes> {
         self.send
     }
+
+    /// Whether the server takes one more stream on this connection now.
+    fn has_room(&self) -> bool {
+        self.open.load(Relaxed) < self.send.current_max_send_streams()
+    }
+
+    /// Counts one more stream in use until the returned [`Stream`] is dropped.
+    fn lend(&self) -> Stream {
+        self.open.fetch_add(1, Relaxed);
+        Stream(self.open.clone())
+    }
 }
 
-/// A worker's connection to one server, and how the last attempt to make one ended.
+/// One stream of a connection in use: counted from the request's sending until its answer
+/// has been read or given up (held by the answer's body, or by the task that waits for the
+/// answer of a client gone), so that a request finds a connection with room.
+#[derive(Debug)]
+pub struct Stream(Arc<AtomicUsize>);
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+/// The most connections a worker keeps to one server (each carrying as many streams as the
+/// server allows at once; the group's `max_connections` bounds the requests before this).
+const MAX_CONNECTIONS: usize = 64;
+
+/// A worker's connections to one server, and how the last attempt to make one ended.
 #[derive(Default)]
 struct Slot {
-    conn: Option<(Sender, Instant)>,
+    /// Each connection, and when a request last took it.
+    conns: Vec<(Sender, Instant)>,
     /// When making a connection last failed, and why (for the requests that waited on it).
     failed: Option<(Instant, io::ErrorKind)>,
 }
@@ -91,7 +124,7 @@ impl Slots {
     pub(super) fn clear(&self) {
         for s in self.0.iter() {
             if let Ok(mut s) = s.0.try_lock() {
-                s.conn = None;
+                s.conns.clear();
             }
         }
     }
@@ -100,20 +133,25 @@ impl Slots {
     pub(super) fn len(&self) -> usize {
         self.0
             .iter()
-            .filter(|s| s.0.try_lock().is_ok_and(|s| s.conn.is_some()))
-            .count()
+            .filter_map(|s| s.0.try_lock().ok().map(|s| s.conns.len()))
+            .sum()
     }
 }
 
 impl Pool {
-    /// The calling worker's HTTP/2 connection to `addr`, and whether it was there already
-    /// (counted as a reuse): the open one, or a new one.
+    /// A stream's worth of the calling worker's HTTP/2 connections to `addr`, and whether
+    /// the connection was there already (counted as a reuse): the first open one with room
+    /// for another stream, else a new one (up to [`MAX_CONNECTIONS`]; past them, the least
+    /// busy, where the request waits for a stream to close). A server's
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` thus caps the streams of a connection, not the
+    /// requests of a worker: with one connection, a server allowing 200 streams that takes
+    /// 50 ms per answer held a worker to 4,000 requests per second and the rest queued.
     pub async fn h2_sender(
         &self,
         addr: SocketAddr,
         connect_timeout: Duration,
         counters: &ServerCounters,
-    ) -> Result<(Sender, bool), ConnectError> {
+    ) -> Result<(Sender, Stream, bool), ConnectError> {
         let asked = SystemClock::now();
         let keep = self.max_idle.load(std::sync::atomic::Ordering::Relaxed) > 0;
         let idle_timeout = Duration::from_millis(
@@ -121,14 +159,21 @@ impl Pool {
                 .load(std::sync::atomic::Ordering::Relaxed),
         );
         let mut slot = self.h2.mine().lock().await;
-        if let Some((send, used)) = &mut slot.conn {
-            let idle = asked.saturating_duration_since(*used);
-            if !send.is_closed() && idle <= idle_timeout {
-                *used = asked;
-                counters.reused.inc();
-                return Ok((send.clone(), true));
+        slot.conns.retain(|(send, used)| {
+            !send.is_closed() && asked.saturating_duration_since(*used) <= idle_timeout
+        });
+        let pick = match slot.conns.iter().position(|(send, _)| send.has_room()) {
+            Some(i) => Some(i),
+            None if slot.conns.len() >= MAX_CONNECTIONS => {
+                (0..slot.conns.len()).min_by_key(|&i| slot.conns[i].0.open.load(Relaxed))
             }
-            slot.conn = None;
+            None => None,
+        };
+        if let Some(i) = pick {
+            let (send, used) = &mut slot.conns[i];
+            *used = asked;
+            counters.reused.inc();
+            return Ok((send.clone(), send.lend(), true));
         }
         if let Some((at, kind)) = slot.failed {
             // The request that made this attempt failed while this one waited: the same answer.
@@ -146,9 +191,10 @@ impl Pool {
             Ok(send) => {
                 slot.failed = None;
                 if keep {
-                    slot.conn = Some((send.clone(), SystemClock::now()));
+                    slot.conns.push((send.clone(), SystemClock::now()));
                 }
-                Ok((send, false))
+                let stream = send.lend();
+                Ok((send, stream, false))
             }
             Err(e) => {
                 let kind = match &e {
@@ -188,7 +234,11 @@ impl Pool {
             }
             ended.store(true, Relaxed);
         });
-        Ok(Sender { send, closed })
+        Ok(Sender {
+            send,
+            closed,
+            open: Arc::new(AtomicUsize::new(0)),
+        })
     }
 }
 

@@ -142,19 +142,18 @@ async fn a_slow_answer_times_out_alone_and_a_server_that_goes_away_is_replaced()
     let mut o = Origin::start("o", Duration::ZERO).await;
     let text = format!(
         "{}{}",
-        h2_group(
-            &o,
-            "response_timeout = \"300ms\"\nretries = 0\nmax_fails = 0"
-        ),
+        h2_group(&o, "response_timeout = \"1s\"\nretries = 0\nmax_fails = 0"),
         vs("g", "")
     );
     let (p, addr) = proxy_with(&text, 1).await;
     let c = client();
     assert_eq!(get(&c, addr, "/healthz").await.status, 200);
-    // A stream that times out is reset; the connection goes on serving the others.
+    // A stream that times out is reset; the connection goes on serving the others. The
+    // timeout (1 s) is one the quick answers beat with room to spare on a loaded machine; the
+    // slow answer would come long after it.
     let slow = tokio::spawn({
         let c = c.clone();
-        async move { get(&c, addr, "/dynamic?latency=2s").await }
+        async move { get(&c, addr, "/dynamic?latency=60s").await }
     });
     for _ in 0..5 {
         assert_eq!(get(&c, addr, "/healthz").await.status, 200);
@@ -215,13 +214,17 @@ async fn an_h2_group_keeps_the_body_limit_and_serves_upgrades_plain() {
 async fn http_monitors_of_an_h2_group_check_over_http2() {
     let o = Origin::start("o", Duration::ZERO).await;
     // The origin's echo names the version it was asked in: the check passes only over HTTP/2.
+    // A check that fails does so on the answer's body, at once; the timeout is one no check of
+    // the healthy origin comes near.
     let monitor = |version: &str| {
         format!(
             "[[monitor]]\nname = \"m\"\nkind = \"http\"\npath = \"/echo\"\n\
-             expect_body = '\"version\":\"{version}\"'\ninterval = \"200ms\"\ntimeout = \"150ms\"\n\
+             expect_body = '\"version\":\"{version}\"'\ninterval = \"1s\"\ntimeout = \"1s\"\n\
              fall = 1\nrise = 1\n"
         )
     };
+    // The three cases at once, each with its own proxy: two checks take an interval.
+    let mut cases = Vec::new();
     for (version, protocol, healthy) in [
         ("HTTP/2.0", "h2", true),
         ("HTTP/1.1", "h2", false),
@@ -238,6 +241,9 @@ async fn http_monitors_of_an_h2_group_check_over_http2() {
             vs("g", "")
         );
         let (p, _) = proxy(&text).await;
+        cases.push((version, protocol, healthy, p));
+    }
+    for (version, protocol, healthy, p) in cases {
         let s = after_two_checks(&p).await;
         let sv = &s.groups[0].servers[0];
         assert_eq!(
@@ -276,4 +282,188 @@ async fn a_reload_that_changes_the_protocol_changes_the_connections() {
         assert_eq!(idle(&p), 1, "after a request over {protocol}");
     }
     assert_eq!(p.snapshot().groups[0].servers[0].connections_opened, 3);
+}
+
+/// What [`holding_server`] saw.
+#[derive(Default)]
+struct Seen {
+    arrived: std::sync::atomic::AtomicU32,
+    reset: std::sync::atomic::AtomicU32,
+    answered: std::sync::atomic::AtomicU32,
+    connections: std::sync::atomic::AtomicU32,
+}
+
+impl Seen {
+    fn get(n: &std::sync::atomic::AtomicU32) -> u32 {
+        n.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits (bounded) until `f` holds.
+    async fn until(&self, what: &str, f: impl Fn(&Seen) -> bool) {
+        let deadline = SystemClock::now() + Duration::from_secs(10);
+        while !f(self) {
+            assert!(
+                SystemClock::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// An HTTP/2 server allowing `max_streams` streams per connection that holds every request
+/// until the returned sender says `true`, then answers `ok`; it counts the streams its client
+/// reset before that.
+async fn holding_server(
+    max_streams: u32,
+) -> (SocketAddr, Arc<Seen>, tokio::sync::watch::Sender<bool>) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let seen = Arc::new(Seen::default());
+    let (release, released) = tokio::sync::watch::channel(false);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let s = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            s.connections.fetch_add(1, SeqCst);
+            let (seen, released) = (s.clone(), released.clone());
+            tokio::spawn(async move {
+                let mut conn = h2::server::Builder::new()
+                    .max_concurrent_streams(max_streams)
+                    .handshake(tcp)
+                    .await
+                    .unwrap();
+                while let Some(Ok((_req, mut respond))) = conn.accept().await {
+                    seen.arrived.fetch_add(1, SeqCst);
+                    let (seen, mut released) = (seen.clone(), released.clone());
+                    tokio::spawn(async move {
+                        let reset = tokio::select! {
+                            biased;
+                            _ = std::future::poll_fn(|cx| respond.poll_reset(cx)) => true,
+                            _ = released.wait_for(|r| *r) => false,
+                        };
+                        let answered = !reset
+                            && respond
+                                .send_response(http::Response::new(()), false)
+                                .and_then(|mut s| s.send_data(Bytes::from_static(b"ok"), true))
+                                .is_ok();
+                        let n = if answered {
+                            &seen.answered
+                        } else {
+                            &seen.reset
+                        };
+                        n.fetch_add(1, SeqCst);
+                    });
+                }
+            });
+        }
+    });
+    (addr, seen, release)
+}
+
+/// A client that goes away with many requests in flight does not reset their streams on the
+/// connection the worker shares with everyone: its answers are waited for and let go, and the
+/// next client's request goes out on the same connection (servers guarding against rapid
+/// reset close a connection that resets many streams, with everyone's requests on it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_with_requests_in_flight_resets_nothing_at_the_server() {
+    let (server, seen, release) = holding_server(100).await;
+    let text = format!(
+        "{}{}",
+        group(
+            "g",
+            "protocol = \"h2\"\nresponse_timeout = \"20s\"",
+            &[(server, "")]
+        ),
+        vs("g", "")
+    );
+    let (p, addr) = proxy_with(&text, 1).await;
+    // A client sends 30 requests over HTTP/2 and closes its connection once the server has
+    // them all.
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = h2::client::handshake(tcp).await.unwrap();
+    let conn = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut answers = Vec::new();
+    for _ in 0..30 {
+        send = send.ready().await.unwrap();
+        let req = http::Request::get(format!("http://{addr}/slow"))
+            .body(())
+            .unwrap();
+        answers.push(send.send_request(req, true).unwrap().0);
+    }
+    seen.until("the 30 requests at the server", |s| {
+        Seen::get(&s.arrived) == 30
+    })
+    .await;
+    conn.abort();
+    let _ = conn.await;
+    drop((send, answers));
+    until(&p, "the gone client's requests to end", |s| {
+        s.groups[0].servers[0].active == 0
+    })
+    .await;
+    // Another client's request reaches the server behind whatever the proxy sent for the
+    // gone one's streams, on the same connection.
+    let c = client();
+    let next = tokio::spawn(async move { get(&c, addr, "/next").await });
+    seen.until("the next request at the server", |s| {
+        Seen::get(&s.arrived) == 31
+    })
+    .await;
+    release.send_replace(true);
+    let r = next.await.unwrap();
+    assert_eq!((r.status, &r.body[..]), (200, &b"ok"[..]));
+    seen.until("every stream answered or reset", |s| {
+        Seen::get(&s.answered) + Seen::get(&s.reset) == 31
+    })
+    .await;
+    assert_eq!(
+        (Seen::get(&seen.reset), Seen::get(&seen.answered)),
+        (0, 31),
+        "the server saw the gone client's streams reset"
+    );
+    assert_eq!(Seen::get(&seen.connections), 1);
+}
+
+/// A server that takes 4 streams at a time per connection gets 10 requests at once on three
+/// connections instead of 4 and a queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_stream_limit_is_reached_gets_another_connection() {
+    let (server, seen, release) = holding_server(4).await;
+    let text = format!(
+        "{}{}",
+        group("g", "protocol = \"h2\"", &[(server, "")]),
+        vs("g", "")
+    );
+    let (p, addr) = proxy_with(&text, 1).await;
+    // A first request learns the server's settings (a new connection has none yet).
+    let c = client();
+    let first = {
+        let c = c.clone();
+        tokio::spawn(async move { get(&c, addr, "/first").await })
+    };
+    seen.until("the first request at the server", |s| {
+        Seen::get(&s.arrived) == 1
+    })
+    .await;
+    let mut tasks = vec![first];
+    for _ in 0..9 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move { get(&c, addr, "/held").await }));
+    }
+    seen.until("all 10 requests at the server at once", |s| {
+        Seen::get(&s.arrived) == 10
+    })
+    .await;
+    assert_eq!(Seen::get(&seen.connections), 3);
+    release.send_replace(true);
+    for t in tasks {
+        assert_eq!(t.await.unwrap().status, 200);
+    }
+    // The three stay open for the next requests.
+    let s = p.snapshot();
+    let server = &s.groups[0].servers[0];
+    assert_eq!((server.connections_opened, server.idle_connections), (3, 3));
 }
