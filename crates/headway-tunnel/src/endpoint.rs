@@ -434,6 +434,41 @@ struct Counters {
     ended_congestion: std::sync::Mutex<crate::cc::Stats>,
 }
 
+/// A peer's connection: the one live now (dialled or accepted), and the dial under way.
+#[derive(Default)]
+struct Slot {
+    conn: std::sync::Mutex<Option<quinn::Connection>>,
+    /// Held by the [`Endpoint::connect`] that dials (concurrent ones wait for its result).
+    dial: Mutex<()>,
+    /// Told when an accepted connection fills `conn`: a dial under way uses it instead of
+    /// waiting out its handshake (the peer may be one this side cannot reach).
+    arrived: tokio::sync::Notify,
+}
+
+impl Slot {
+    fn live(&self) -> Option<quinn::Connection> {
+        self.conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .filter(|c| c.close_reason().is_none())
+            .cloned()
+    }
+
+    /// Makes `conn` the peer's connection unless a live one is there; says whether it did.
+    fn fill(&self, conn: &quinn::Connection) -> bool {
+        let mut slot = self
+            .conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if slot.as_ref().is_some_and(|c| c.close_reason().is_none()) {
+            return false;
+        }
+        *slot = Some(conn.clone());
+        true
+    }
+}
+
 struct Shared {
     quinn: quinn::Endpoint,
     peers: Vec<PeerConfig>,
@@ -441,7 +476,7 @@ struct Shared {
     client_configs: Vec<quinn::ClientConfig>,
     server_configs: HashMap<SocketAddr, Arc<quinn::ServerConfig>>,
     default_server_config: Arc<quinn::ServerConfig>,
-    slots: Vec<Mutex<Option<quinn::Connection>>>,
+    slots: Vec<Slot>,
     inbound_tx: mpsc::Sender<InboundFlow>,
     refusals_tx: mpsc::Sender<Refusal>,
     options: Options,
@@ -570,7 +605,7 @@ impl Endpoint {
         )?;
         let (inbound_tx, inbound_rx) = mpsc::channel(options.inbound_queue.max(1));
         let (refusals_tx, refusals_rx) = mpsc::channel(64);
-        let slots = peers.iter().map(|_| Mutex::new(None)).collect();
+        let slots = peers.iter().map(|_| Slot::default()).collect();
         let shared = Arc::new(Shared {
             quinn,
             peers,
@@ -611,21 +646,31 @@ impl Endpoint {
         self.shared.by_fingerprint.get(fingerprint).copied()
     }
 
+    /// The live connection to `peer` (dialled or accepted), if there is one now; no dial.
+    pub fn connected(&self, peer: PeerId) -> Option<Connection> {
+        let conn = self.shared.slots.get(peer.0)?.live()?;
+        Some(Connection {
+            meter: WriteMeter::new(self.shared.fec.as_ref(), &conn),
+            inner: conn,
+            peer,
+        })
+    }
+
     /// The live connection to `peer`, or a new one. Concurrent calls for one peer share one
-    /// connection attempt. Cancel-safe: a cancelled call leaves no half-registered connection.
+    /// connection attempt; a connection the peer opens meanwhile ends the attempt and is used.
+    /// Cancel-safe: a cancelled call leaves no half-registered connection.
     pub async fn connect(&self, peer: PeerId) -> Result<Connection, ConnectError> {
         let shared = &self.shared;
         let slot = shared
             .slots
             .get(peer.0)
             .ok_or(ConnectError::UnknownPeer(peer))?;
-        let mut slot = slot.lock().await;
-        if let Some(conn) = slot.as_ref().filter(|c| c.close_reason().is_none()) {
-            return Ok(Connection {
-                meter: WriteMeter::new(shared.fec.as_ref(), conn),
-                inner: conn.clone(),
-                peer,
-            });
+        if let Some(c) = self.connected(peer) {
+            return Ok(c);
+        }
+        let _dialling = slot.dial.lock().await;
+        if let Some(c) = self.connected(peer) {
+            return Ok(c);
         }
         let config = &shared.peers[peer.0];
         let connecting = shared.quinn.connect_with(
@@ -651,9 +696,20 @@ impl Endpoint {
             }
             Ok(conn)
         };
-        let result = tokio::time::timeout(shared.options.handshake_timeout, handshake)
-            .await
-            .unwrap_or(Err(HandshakeError::TimedOut));
+        let handshake = tokio::time::timeout(shared.options.handshake_timeout, handshake);
+        tokio::pin!(handshake);
+        let result = loop {
+            tokio::select! {
+                biased;
+                r = &mut handshake => break r.unwrap_or(Err(HandshakeError::TimedOut)),
+                () = slot.arrived.notified() => {
+                    if let Some(c) = self.connected(peer) {
+                        debug!(peer = %config.name, "the peer connected first: dial given up");
+                        return Ok(c);
+                    }
+                }
+            }
+        };
         let conn = match result {
             Ok(conn) => conn,
             Err(e) => {
@@ -664,7 +720,7 @@ impl Endpoint {
         };
         shared.counters.connections.fetch_add(1, Ordering::Relaxed);
         debug!(peer = %config.name, addr = %config.addr, "tunnel connected");
-        *slot = Some(conn.clone());
+        slot.fill(&conn);
         let span = debug_span!("tunnel_conn", peer = %config.name, remote = %config.addr);
         tokio::spawn(accept_streams(shared.clone(), conn.clone(), peer).instrument(span));
         Ok(Connection {
@@ -710,11 +766,7 @@ impl Endpoint {
                 .shared
                 .slots
                 .iter()
-                .filter(|slot| {
-                    // Locked: a connect is dialling (or about to use the slot's connection).
-                    slot.try_lock()
-                        .is_ok_and(|c| c.as_ref().is_some_and(|c| c.close_reason().is_none()))
-                })
+                .filter(|slot| slot.live().is_some())
                 .count() as u64,
             refused: c.refused.load(Ordering::Relaxed),
             flows_accepted: c.flows_accepted.load(Ordering::Relaxed),
@@ -1012,11 +1064,12 @@ async fn accept_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
     }
     shared.counters.connections.fetch_add(1, Ordering::Relaxed);
     debug!(peer = %shared.peers[peer.0].name, %remote, "tunnel accepted");
-    {
-        let mut slot = shared.slots[peer.0].lock().await;
-        if slot.as_ref().is_none_or(|c| c.close_reason().is_some()) {
-            *slot = Some(conn.clone());
-        }
+    // Never waits for a dial to this peer under way: the flows of this connection are
+    // accepted at once (waiting, they stalled for the dial's handshake timeout when the peer
+    // was one this side cannot reach), and the dial uses this connection instead.
+    let slot = &shared.slots[peer.0];
+    if slot.fill(&conn) {
+        slot.arrived.notify_one();
     }
     accept_streams(shared, conn, peer).await;
 }

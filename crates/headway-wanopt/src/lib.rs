@@ -51,7 +51,9 @@
 //! (`ConnectError::reason`, e.g. `"timeout"`, `"unauthenticated"`, `"refused"`; `"flow"` when
 //! the connection is up but the stream cannot be opened). After a failed attempt the peer is
 //! held down for [`ApplianceConfig::retry_after`]: its new flows fail open at once with the
-//! same reason. Every flow is its own task: one failing flow never disturbs the others.
+//! same reason — until the peer connects to A itself (a branch behind NAT that A cannot
+//! dial): its flows then use that connection. Every flow is its own task: one failing flow
+//! never disturbs the others.
 //!
 //! # Stores
 //!
@@ -460,11 +462,16 @@ impl Shared {
     }
 
     /// The connection to `peer`, unless it failed less than `retry_after` ago: then the
-    /// reason of that failure, without a new attempt.
+    /// reason of that failure, without a new attempt — unless the peer has connected to
+    /// this side since (a peer this side cannot reach, behind NAT, still can): its
+    /// connection is used.
     async fn connect(&self, peer: PeerId) -> Result<Connection, &'static str> {
         let Some(hold) = self.holds.get(peer.0) else {
             return Err("unknown_peer");
         };
+        if let Some(c) = self.endpoint.connected(peer) {
+            return Ok(c);
+        }
         let mut hold = hold.lock().await;
         if let Some((until, reason)) = *hold {
             if Instant::now() < until {

@@ -181,8 +181,16 @@ async fn pair_with(
         Some(d) => (d.id_a.clone(), d.id_b.clone()),
         None => (Identity::generate().unwrap(), Identity::generate().unwrap()),
     };
+    // A silent far side is found out by the handshake timeout: a short one keeps those tests
+    // quick. Otherwise the handshake succeeds or is refused at once, and the timeout only
+    // has to outlast a handshake on a loaded machine (a timed-out one would send every flow
+    // direct for `retry_after`).
     let options = Options {
-        handshake_timeout: Duration::from_secs(1),
+        handshake_timeout: if far == Far::Silent {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_secs(10)
+        },
         ..Options::default()
     };
     let (b, udp, b_addr) = if far == Far::Silent {
@@ -190,7 +198,8 @@ async fn pair_with(
         let at = udp.local_addr().unwrap();
         (None, Some(udp), at)
     } else {
-        // B only accepts in these tests; A's address is never dialled.
+        // B only accepts in these tests: A's address is one that never answers (B's dial
+        // to keep a tunnel warm hangs; A's connection is used meanwhile).
         let b = Appliance::start(ApplianceConfig {
             identity: id_b.clone(),
             tunnel_listen: addr(LOCAL),
@@ -346,6 +355,78 @@ async fn unreachable_peer_fails_open() {
     let s = p.a.stats().total();
     assert_eq!(s.flows_passed_through.get("timeout"), Some(&4));
     assert_eq!(p.a.tunnel_stats().refused, 1);
+}
+
+/// A peer this side cannot reach (a branch behind NAT: its configured address never answers)
+/// but that connects in: its flows are served at once, and this side's flows to it go over
+/// its connection — neither waits for this side's own dial to time out, and neither fails
+/// open because that dial failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_cannot_be_dialled_but_dials_in_carries_flows_both_ways() {
+    let origin = echo_server().await;
+    let (id_a, id_b) = (Identity::generate().unwrap(), Identity::generate().unwrap());
+    // Where the hub thinks the branch is: a socket that never answers.
+    let silent = std::net::UdpSocket::bind(LOCAL).unwrap();
+    // Long enough that a flow waiting for the hub's dial would miss the deadline below.
+    let options = Options {
+        handshake_timeout: Duration::from_secs(60),
+        ..Options::default()
+    };
+    let service = |peer: &str| ServiceConfig {
+        id: SERVICE,
+        listen: addr(LOCAL),
+        peer: peer.into(),
+        target: origin,
+        class: ServiceClass::DedupMemory,
+    };
+    let config = |identity: &Identity, peer: PeerConfig, s: ServiceConfig| ApplianceConfig {
+        identity: identity.clone(),
+        tunnel_listen: addr(LOCAL),
+        peers: vec![peer],
+        tunnel_options: options.clone(),
+        dedup_key: key(),
+        memory_store_bytes: 64 << 20,
+        retry_after: Duration::from_secs(600),
+        services: vec![s],
+        disk_store: None,
+        intercept: None,
+    };
+    // The hub starts dialling the branch at once (to keep a tunnel warm); the dial hangs.
+    let hub = Appliance::start(config(
+        &id_b,
+        peer("branch", silent.local_addr().unwrap(), &id_a),
+        service("branch"),
+    ))
+    .await
+    .unwrap();
+    let branch = Appliance::start(config(
+        &id_a,
+        peer("hub", hub.tunnel_addr().unwrap(), &id_b),
+        service("hub"),
+    ))
+    .await
+    .unwrap();
+    let bytes = data(Kind::Doc, 300_000, 9);
+    let within = |what: &'static str, to: SocketAddr| {
+        let bytes = bytes.clone();
+        async move {
+            let got = tokio::time::timeout(Duration::from_secs(20), exchange(to, &bytes))
+                .await
+                .unwrap_or_else(|_| panic!("{what}: the flow waited for the hub's dial"));
+            assert_eq!(sha(&got), sha(&bytes), "{what}");
+        }
+    };
+    within("branch to hub", branch.service_addr(SERVICE).unwrap()).await;
+    within("hub to branch", hub.service_addr(SERVICE).unwrap()).await;
+    // Each side counts both flows: its own outbound one and the other's inbound one.
+    for (name, a) in [("branch", &branch), ("hub", &hub)] {
+        let s = a.stats().total();
+        assert_eq!(
+            (s.flows_optimized, s.flows_passed_through.len()),
+            (2, 0),
+            "{name}: {s:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
