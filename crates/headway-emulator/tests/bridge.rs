@@ -7,6 +7,7 @@ mod topo;
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,6 +85,14 @@ fn udp_servers(
     for s in [&echo, &sink] {
         s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
     }
+    // Room for every datagram of a phase (2000 of 100 bytes, each charged several times its
+    // size) while the sink's thread is not running: the default receive buffer (208 KiB)
+    // holds a fraction of that, and a datagram it dropped would count as one the model lost.
+    // (Root forces the size past `net.core.rmem_max`; the test runs only as root.)
+    let want = 8 << 20;
+    let got = headway_io::buffers::set(sink.as_fd(), headway_io::buffers::Buffer::Receive, want)
+        .expect("set the sink's receive buffer");
+    assert!(got >= want / 2, "the sink's receive buffer is {got} bytes");
     let stop2 = stop.clone();
     let echo_thread = std::thread::spawn(move || {
         let mut buf = [0u8; 2048];

@@ -269,12 +269,13 @@ async fn get(c: &HttpClient, addr: SocketAddr, path: &str) -> Answer {
     send(c, "GET", addr, path, &[], b"").await.expect("request")
 }
 
-/// Waits (bounded) until `f` holds on the proxy's snapshot.
-async fn until(p: &Proxy, what: &str, f: impl Fn(&AdcSnapshot) -> bool) {
+/// Waits (bounded) until `f` holds on the proxy's snapshot; returns that snapshot.
+async fn until(p: &Proxy, what: &str, f: impl Fn(&AdcSnapshot) -> bool) -> AdcSnapshot {
     let deadline = SystemClock::now() + Duration::from_secs(20);
     loop {
-        if f(&p.snapshot()) {
-            return;
+        let s = p.snapshot();
+        if f(&s) {
+            return s;
         }
         assert!(
             SystemClock::now() < deadline,
@@ -564,8 +565,12 @@ async fn cookie_persistence_holds_and_fails_over_when_its_server_dies() {
 async fn a_dead_server_is_marked_down_within_interval_times_fall_and_up_after_rise() {
     let mut a = Origin::start("a", Duration::ZERO).await;
     let b = Origin::start("b", Duration::ZERO).await;
+    // A check of a healthy server on loopback takes about a millisecond: the 1 s timeout
+    // never ends one, so every failure counted below is a. A refused connect fails at once.
+    let interval = Duration::from_secs(1);
+    let (fall, rise): (u32, u32) = (3, 2);
     let text = format!(
-        "[[monitor]]\nname = \"m\"\nkind = \"http\"\npath = \"/healthz\"\nexpect_body = \"ok\"\ninterval = \"200ms\"\ntimeout = \"150ms\"\nfall = 3\nrise = 2\n{}{}",
+        "[[monitor]]\nname = \"m\"\nkind = \"http\"\npath = \"/healthz\"\nexpect_body = \"ok\"\ninterval = \"1s\"\ntimeout = \"1s\"\nfall = {fall}\nrise = {rise}\n{}{}",
         group("g", "monitor = \"m\"", &[(a.addr, ""), (b.addr, "")]),
         vs("g", "")
     );
@@ -577,27 +582,34 @@ async fn a_dead_server_is_marked_down_within_interval_times_fall_and_up_after_ri
     let killed_at = SystemClock::now();
     let failed_before = p.snapshot().groups[0].servers[0].checks_failed;
     a.kill();
-    until(&p, "a down", |s| health(s, "g", 0) == "down").await;
+    // The first snapshot that shows a down: the next check is an interval away, so it holds
+    // the failures that took a down and no more.
+    let s = until(&p, "a down", |s| health(s, "g", 0) == "down").await;
     let took = SystemClock::now() - killed_at;
-    let s = p.snapshot();
-    // Down on exactly the `fall`-th failed check, so within interval × fall (plus the check
-    // that may have been in flight at the kill).
-    assert_eq!(s.groups[0].servers[0].checks_failed - failed_before, 3);
-    assert!(
-        took <= Duration::from_millis(200 * 4),
-        "marked down after {took:?}"
+    // Down on exactly the `fall`-th failed check. The first comes at most an interval after
+    // the kill, the others an interval apart: within interval × fall, plus an interval of
+    // slack for timers that fire late on a loaded machine. (A monitor that waited out its
+    // timeout on each refused connect would take twice as long.)
+    assert_eq!(
+        s.groups[0].servers[0].checks_failed - failed_before,
+        u64::from(fall)
     );
+    assert!(took <= interval * (fall + 1), "marked down after {took:?}");
     // Requests all go to b now, none fails.
     let c = client();
     for _ in 0..20 {
         let r = get(&c, addr, "/healthz").await;
         assert_eq!((r.status, r.origin().as_str()), (200, "b"));
     }
-    // a comes back on the same port: up after `rise` good checks.
-    let _a = Origin::start_on(a.addr, "a", Duration::ZERO).await;
+    // a comes back on the same port: up after `rise` good checks. While a is dead no check
+    // of it passes, so the count before its return is the count before its first good check.
     let ok_before = p.snapshot().groups[0].servers[0].checks_ok;
-    until(&p, "a up", |s| health(s, "g", 0) == "up").await;
-    assert_eq!(p.snapshot().groups[0].servers[0].checks_ok - ok_before, 2);
+    let _a = Origin::start_on(a.addr, "a", Duration::ZERO).await;
+    let s = until(&p, "a up", |s| health(s, "g", 0) == "up").await;
+    assert_eq!(
+        s.groups[0].servers[0].checks_ok - ok_before,
+        u64::from(rise)
+    );
     let mut seen_a = false;
     for _ in 0..10 {
         seen_a |= get(&c, addr, "/healthz").await.origin() == "a";
@@ -636,26 +648,39 @@ async fn tcp_monitors_send_and_expect() {
         std::future::pending::<()>().await;
     })
     .await;
+    // The servers that answer are judged by what they say, within a timeout no healthy
+    // check comes near; the silent one only by the timeout, so it has a short one of its own
+    // (the same check in a group of its own).
+    let monitor = |name: &str, interval: &str, timeout: &str| {
+        format!(
+            "[[monitor]]\nname = \"{name}\"\nkind = \"tcp\"\n\
+             send = \"PING\\r\\n\"\nexpect = \"+PONG\"\n\
+             interval = \"{interval}\"\ntimeout = \"{timeout}\"\nrise = 1\nfall = 1\n"
+        )
+    };
     let text = format!(
-        "[[monitor]]\nname = \"redis\"\nkind = \"tcp\"\nsend = \"PING\\r\\n\"\nexpect = \"+PONG\"\n\
-         interval = \"100ms\"\ntimeout = \"80ms\"\nrise = 1\nfall = 1\n{}\
+        "{}{}{}{}\
          [[virtual_server]]\nname = \"l4\"\nkind = \"tcp\"\nlisten = \"127.0.0.1:0\"\ngroup = \"g\"\n",
-        group("g", "monitor = \"redis\"", &[(good, ""), (wrong, ""), (silent, "")])
+        monitor("redis", "1s", "1s"),
+        monitor("redis-quick", "100ms", "80ms"),
+        group("g", "monitor = \"redis\"", &[(good, ""), (wrong, "")]),
+        group("quiet", "monitor = \"redis-quick\"", &[(silent, "")])
     );
     let (p, _) = proxy(&text).await;
-    until(&p, "every server checked twice", |s| {
-        s.groups[0]
-            .servers
+    let s = until(&p, "every server checked twice", |s| {
+        s.groups
             .iter()
+            .flat_map(|g| &g.servers)
             .all(|v| v.checks_ok + v.checks_failed >= 2)
     })
     .await;
-    let s = p.snapshot();
-    let states: Vec<(&str, u64, u64)> = s.groups[0]
-        .servers
+    let states: Vec<(&str, &str, u64, u64)> = s
+        .groups
         .iter()
-        .map(|v| {
+        .flat_map(|g| g.servers.iter().map(move |v| (g, v)))
+        .map(|(g, v)| {
             (
+                g.name.as_str(),
                 v.health.as_str(),
                 v.checks_ok.min(1),
                 v.checks_failed.min(1),
@@ -664,7 +689,11 @@ async fn tcp_monitors_send_and_expect() {
         .collect();
     assert_eq!(
         states,
-        [("up", 1, 0), ("down", 0, 1), ("down", 0, 1)],
+        [
+            ("g", "up", 1, 0),
+            ("g", "down", 0, 1),
+            ("quiet", "down", 0, 1)
+        ],
         "{s:?}"
     );
 }
@@ -763,7 +792,9 @@ async fn every_server_down_gives_503_with_a_clear_body() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn surge_queue_holds_requests_up_to_its_size_then_refuses() {
-    let slow = Origin::start("slow", Duration::from_millis(300)).await;
+    // The first request holds the server's one connection for 3 s (`?latency=`), however long
+    // the next three take to arrive; the two queued behind it are answered at once.
+    let slow = Origin::start("slow", Duration::ZERO).await;
     let text = format!(
         "{}{}",
         group(
@@ -776,11 +807,16 @@ async fn surge_queue_holds_requests_up_to_its_size_then_refuses() {
     let (p, addr) = proxy(&text).await;
     let c = client();
     let mut tasks = Vec::new();
-    for _ in 0..4 {
+    for i in 0..4 {
         let c = c.clone();
-        tasks.push(tokio::spawn(async move {
-            get(&c, addr, "/healthz").await.status
-        }));
+        let path = if i == 0 {
+            "/dynamic?latency=3s"
+        } else {
+            "/healthz"
+        };
+        tasks.push(tokio::spawn(
+            async move { get(&c, addr, path).await.status },
+        ));
         // One at a time into the proxy, so the order is: served, queued, queued, refused.
         let n = tasks.len() as u64;
         until(&p, "the request to arrive", |s| {

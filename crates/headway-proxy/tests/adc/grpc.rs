@@ -129,7 +129,11 @@ async fn grpc_monitors_ask_the_health_service() {
     let server = GrpcServer::start("s1");
     let not_grpc = Origin::start("web", Duration::ZERO).await;
     // (service, server, up): the grpcio server is SERVING for the server as a whole and for
-    // `shop.Cart`, NOT_SERVING for `down`; a plain web server is not a gRPC server.
+    // `shop.Cart`, NOT_SERVING for `down`; a plain web server is not a gRPC server. Each
+    // failing case fails on the answer, at once; the timeout is one no check of the (Python)
+    // server comes near on a loaded machine. The four cases run at once, each with its own
+    // proxy: two checks take an interval.
+    let mut cases = Vec::new();
     for (service, addr, up) in [
         ("", server.addr, true),
         ("shop.Cart", server.addr, true),
@@ -138,11 +142,14 @@ async fn grpc_monitors_ask_the_health_service() {
     ] {
         let text = format!(
             "[[monitor]]\nname = \"m\"\nkind = \"grpc\"\nservice = \"{service}\"\n\
-             interval = \"200ms\"\ntimeout = \"150ms\"\nfall = 1\nrise = 1\n{}{}",
+             interval = \"2s\"\ntimeout = \"2s\"\nfall = 1\nrise = 1\n{}{}",
             group("g", "protocol = \"h2\"\nmonitor = \"m\"", &[(addr, "")]),
             vs("g", "")
         );
         let (p, _) = proxy(&text).await;
+        cases.push((service, addr, up, p));
+    }
+    for (service, addr, up, p) in cases {
         let s = after_two_checks(&p).await;
         let sv = &s.groups[0].servers[0];
         assert_eq!(

@@ -107,10 +107,10 @@ async fn a_tcp_virtual_server_sends_the_servers_last_bytes_with_its_fin() {
     assert!(c.contains(&3), "segments per connection: {c:?}");
 }
 
-/// The median of `d`.
-fn median(mut d: Vec<Duration>) -> Duration {
+/// The second shortest of `d`: what at least two of the timed requests beat.
+fn second_shortest(mut d: Vec<Duration>) -> Duration {
     d.sort();
-    d[d.len() / 2]
+    d[1]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,14 +118,17 @@ async fn a_client_with_nagle_is_not_left_waiting_for_an_ack() {
     // A client that keeps Nagle's algorithm on sends the second part of a request only once
     // the first is acknowledged. The proxy delays acknowledgements to send them with its
     // answers, so it must acknowledge at once when it waits for the rest of a request, or
-    // each such request waits for the delayed-ACK timer (40 ms). Timed, with a wide margin:
-    // the median of five requests under 25 ms (the timer would make every one 40 ms or more).
+    // each such request waits for the delayed-ACK timer (40 ms). Timed, with a wide margin
+    // against a loaded machine, which slows some requests but not all: of ten requests, at
+    // least two under 30 ms (they take well under a millisecond). The timer would make every
+    // one 40 ms or more — or, on the keep-alive connection, all but the first if the proxy
+    // acknowledged once per connection instead of once per request.
     let o = Origin::start("o", Duration::ZERO).await;
     let text = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", ""));
     let (_p, addr) = proxy(&text).await;
     // A head written in two parts, each on a fresh connection (the proxy's own loop).
     let mut split_heads = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..10 {
         let mut s = TcpStream::connect(addr).await.unwrap();
         assert!(!s.nodelay().unwrap());
         let t = SystemClock::now();
@@ -139,7 +142,7 @@ async fn a_client_with_nagle_is_not_left_waiting_for_an_ack() {
     let mut s = TcpStream::connect(addr).await.unwrap();
     let mut pending = Vec::new();
     let mut bodies = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..10 {
         let t = SystemClock::now();
         s.write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n")
             .await
@@ -150,13 +153,13 @@ async fn a_client_with_nagle_is_not_left_waiting_for_an_ack() {
         assert!(h.starts_with("http/1.1 200"), "{h}");
         assert!(String::from_utf8_lossy(&body).contains("\"body_bytes\":5"));
     }
-    let limit = Duration::from_millis(25);
+    let limit = Duration::from_millis(30);
     assert!(
-        median(split_heads.clone()) < limit,
+        second_shortest(split_heads.clone()) < limit,
         "split heads: {split_heads:?}"
     );
     assert!(
-        median(bodies.clone()) < limit,
+        second_shortest(bodies.clone()) < limit,
         "bodies after heads: {bodies:?}"
     );
 }
