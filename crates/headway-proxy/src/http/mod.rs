@@ -727,6 +727,9 @@ struct Conn {
     /// not happen, and the framing check stopped at it (what follows such a request may be
     /// another protocol), so no request after it is read.
     close_after: AtomicBool,
+    /// Answers to this connection's requests still awaited from HTTP/2 servers after the
+    /// client gave them up (see [`upstream_h2`]).
+    awaited: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Conn {
@@ -746,6 +749,7 @@ impl Conn {
             requests: AtomicU64::new(0),
             activity,
             close_after: AtomicBool::new(false),
+            awaited: Arc::default(),
         }
     }
 }
@@ -1803,7 +1807,7 @@ async fn upstream(
                     req,
                     &mut body,
                     vs.config.max_body_bytes,
-                    &vs.shared.counters,
+                    (&vs.shared.counters, &conn.awaited),
                 ))
                 .await
             }

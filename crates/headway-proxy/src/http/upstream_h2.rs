@@ -16,6 +16,8 @@
 //! or a bodiless one the server refused unprocessed (`REFUSED_STREAM`, RFC 9113 §8.7), is
 //! [`Attempt::NotSent`]; a stream that failed after being sent is [`Attempt::NoResponse`].
 
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
 use http::{HeaderValue, Request, StatusCode, Version};
 use hyper::body::Body as _;
 
@@ -94,11 +96,31 @@ impl H2Request {
 /// streams in flight beside a steady POST load, 1,060 of 56,901 POSTs failed with 502 and
 /// the load ran at a seventh of its rate. HAProxy does the same by default (no
 /// `abortonclose`): a request sent whole is let finish.
+///
+/// At most [`MAX_AWAITED`] answers are awaited for one client connection at a time; past
+/// them a gone stream is reset at once. A client that opens streams and resets them in a loop
+/// (the rapid-reset attack itself) thus has no more requests worked on by the servers than
+/// one that keeps its streams open.
 struct Awaited {
     answer: Option<h2::client::ResponseFuture>,
     deadline: tokio::time::Instant,
     /// The stream's place on its connection, given back when the answer is read or dropped.
     stream: Option<Stream>,
+    /// The answers awaited for the client connection's gone streams.
+    awaited: std::sync::Arc<AtomicUsize>,
+}
+
+/// The most answers awaited at once for one client connection's gone streams (HTTP/2
+/// clients commonly have 100 streams open at once).
+const MAX_AWAITED: usize = 100;
+
+/// One answer awaited for a gone client: counted on its connection while it lives.
+struct AwaitedOne(std::sync::Arc<AtomicUsize>);
+
+impl Drop for AwaitedOne {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
 }
 
 /// What a task left to wait for a gone client's answer reads of its body before it lets the
@@ -111,11 +133,13 @@ impl Awaited {
         answer: h2::client::ResponseFuture,
         deadline: tokio::time::Instant,
         stream: Stream,
+        awaited: &std::sync::Arc<AtomicUsize>,
     ) -> Self {
         Awaited {
             answer: Some(answer),
             deadline,
             stream: Some(stream),
+            awaited: awaited.clone(),
         }
     }
 }
@@ -148,9 +172,13 @@ impl Drop for Awaited {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let stream = self.stream.take();
+        if self.awaited.fetch_add(1, Relaxed) >= MAX_AWAITED {
+            self.awaited.fetch_sub(1, Relaxed);
+            return; // reset
+        }
+        let held = (self.stream.take(), AwaitedOne(self.awaited.clone()));
         rt.spawn(async move {
-            let _stream = stream;
+            let _held = held;
             let _ = tokio::time::timeout_at(deadline, async move {
                 let Ok(resp) = answer.await else { return };
                 let mut body = resp.into_body();
@@ -177,7 +205,10 @@ pub(super) async fn exchange(
     req: &H2Request,
     body: &mut Option<ReqBody>,
     max_body: Option<u64>,
-    vs_counters: &std::sync::Arc<VirtualServerCounters>,
+    (vs_counters, awaited): (
+        &std::sync::Arc<VirtualServerCounters>,
+        &std::sync::Arc<AtomicUsize>,
+    ),
 ) -> Result<(ResponseHead, Source), Attempt> {
     let (send, place, reused) = match server
         .pool
@@ -240,7 +271,7 @@ pub(super) async fn exchange(
         tokio::spawn(super::h2_pipe::pipe(sent_body, stream, h2::Reason::CANCEL));
         Some(fault)
     };
-    let mut answer = Awaited::new(answer, deadline, place);
+    let mut answer = Awaited::new(answer, deadline, place, awaited);
     let waited = tokio::time::timeout_at(deadline, &mut answer).await;
     let resp = match waited {
         Ok(Ok(r)) => r,
