@@ -438,11 +438,9 @@ struct Counters {
 #[derive(Default)]
 struct Slot {
     conn: std::sync::Mutex<Option<quinn::Connection>>,
-    /// Held by the [`Endpoint::connect`] that dials (concurrent ones wait for its result).
+    /// Held by the [`Endpoint::connect`] that dials (concurrent ones wait for its result,
+    /// unless a connection from the peer is accepted meanwhile: see [`Endpoint::connected`]).
     dial: Mutex<()>,
-    /// Told when an accepted connection fills `conn`: a dial under way uses it instead of
-    /// waiting out its handshake (the peer may be one this side cannot reach).
-    arrived: tokio::sync::Notify,
 }
 
 impl Slot {
@@ -455,17 +453,15 @@ impl Slot {
             .cloned()
     }
 
-    /// Makes `conn` the peer's connection unless a live one is there; says whether it did.
-    fn fill(&self, conn: &quinn::Connection) -> bool {
+    /// Makes `conn` the peer's connection unless a live one is there.
+    fn fill(&self, conn: &quinn::Connection) {
         let mut slot = self
             .conn
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if slot.as_ref().is_some_and(|c| c.close_reason().is_none()) {
-            return false;
+        if slot.as_ref().is_none_or(|c| c.close_reason().is_some()) {
+            *slot = Some(conn.clone());
         }
-        *slot = Some(conn.clone());
-        true
     }
 }
 
@@ -657,8 +653,11 @@ impl Endpoint {
     }
 
     /// The live connection to `peer`, or a new one. Concurrent calls for one peer share one
-    /// connection attempt; a connection the peer opens meanwhile ends the attempt and is used.
-    /// Cancel-safe: a cancelled call leaves no half-registered connection.
+    /// connection attempt. A dial is never given up for a connection the peer opened
+    /// meanwhile (the peer may be using the dialled one: two appliances that dial each other
+    /// at once each keep both), but callers that find that connection through
+    /// [`Endpoint::connected`] need not wait for it. Cancel-safe: a cancelled call leaves no
+    /// half-registered connection.
     pub async fn connect(&self, peer: PeerId) -> Result<Connection, ConnectError> {
         let shared = &self.shared;
         let slot = shared
@@ -696,20 +695,9 @@ impl Endpoint {
             }
             Ok(conn)
         };
-        let handshake = tokio::time::timeout(shared.options.handshake_timeout, handshake);
-        tokio::pin!(handshake);
-        let result = loop {
-            tokio::select! {
-                biased;
-                r = &mut handshake => break r.unwrap_or(Err(HandshakeError::TimedOut)),
-                () = slot.arrived.notified() => {
-                    if let Some(c) = self.connected(peer) {
-                        debug!(peer = %config.name, "the peer connected first: dial given up");
-                        return Ok(c);
-                    }
-                }
-            }
-        };
+        let result = tokio::time::timeout(shared.options.handshake_timeout, handshake)
+            .await
+            .unwrap_or(Err(HandshakeError::TimedOut));
         let conn = match result {
             Ok(conn) => conn,
             Err(e) => {
@@ -1066,11 +1054,8 @@ async fn accept_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
     debug!(peer = %shared.peers[peer.0].name, %remote, "tunnel accepted");
     // Never waits for a dial to this peer under way: the flows of this connection are
     // accepted at once (waiting, they stalled for the dial's handshake timeout when the peer
-    // was one this side cannot reach), and the dial uses this connection instead.
-    let slot = &shared.slots[peer.0];
-    if slot.fill(&conn) {
-        slot.arrived.notify_one();
-    }
+    // was one this side cannot reach), and this side's flows find it through `connected`.
+    shared.slots[peer.0].fill(&conn);
     accept_streams(shared, conn, peer).await;
 }
 
