@@ -46,6 +46,32 @@ pub enum ReqBody {
     Client(hyper::body::Incoming),
     /// An HTTP/2 client's stream (`crate::http::h2_server`).
     H2(H2Recv),
+    /// A body read whole before it was sent: a small one to HTTP/2 servers, kept so that a
+    /// stream the server did not take can be sent again ([`Whole`]).
+    Whole(Whole),
+}
+
+/// A request body read to its end, its trailers too; sent from a copy, so that it can be sent
+/// again.
+#[derive(Debug, Clone, Default)]
+pub struct Whole {
+    data: Option<Bytes>,
+    trailers: Option<http::HeaderMap>,
+}
+
+impl Whole {
+    /// Reads `body` to its end.
+    pub async fn read(body: ReqBody) -> Result<Self, ReqBodyError> {
+        let c = http_body_util::BodyExt::collect(body).await?;
+        let trailers = c.trailers().cloned();
+        let data = Some(c.to_bytes()).filter(|d| !d.is_empty());
+        Ok(Whole { data, trailers })
+    }
+
+    /// How many data bytes it has.
+    pub fn data_len(&self) -> u64 {
+        self.data.as_ref().map_or(0, |d| d.len() as u64)
+    }
 }
 
 /// Why a client's request body could not be read to its end.
@@ -63,6 +89,10 @@ impl Body for ReqBody {
             ReqBody::Empty => Poll::Ready(None),
             ReqBody::Client(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
             ReqBody::H2(b) => b.poll_frame(cx).map_err(Into::into),
+            ReqBody::Whole(w) => Poll::Ready(match w.data.take() {
+                Some(d) => Some(Ok(Frame::data(d))),
+                None => w.trailers.take().map(|t| Ok(Frame::trailers(t))),
+            }),
         }
     }
 
@@ -71,6 +101,7 @@ impl Body for ReqBody {
             ReqBody::Empty => true,
             ReqBody::Client(b) => b.is_end_stream(),
             ReqBody::H2(b) => b.is_end_stream(),
+            ReqBody::Whole(w) => w.data.is_none() && w.trailers.is_none(),
         }
     }
 
@@ -83,6 +114,7 @@ impl Body for ReqBody {
             ReqBody::H2(b) => b
                 .remaining()
                 .map_or_else(SizeHint::default, SizeHint::with_exact),
+            ReqBody::Whole(w) => SizeHint::with_exact(w.data_len()),
         }
     }
 }

@@ -1758,6 +1758,21 @@ async fn upstream(
     };
     let replayable = idempotent(&parts.method) && framing == codec::RequestFraming::Empty;
     let mut body = body;
+    // A small body to an HTTP/2 server is read whole first, so that a stream the server does
+    // not take (refused, or past a graceful GOAWAY) is sent again with it instead of failing.
+    if h2_request.is_some() {
+        if let codec::RequestFraming::Length(n @ 1..=upstream_h2::WHOLE_BYTES) = framing {
+            if let Some(b) = body.take() {
+                match body::Whole::read(b).await {
+                    Ok(w) if w.data_len() == n => body = Some(ReqBody::Whole(w)),
+                    _ => {
+                        let (status, why) = BodyError::Client.answer();
+                        return Flow::Respond(local(status, why, true));
+                    }
+                }
+            }
+        }
+    }
     let mut last = (
         StatusCode::SERVICE_UNAVAILABLE,
         "no server could be reached",

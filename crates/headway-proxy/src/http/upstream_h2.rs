@@ -13,8 +13,10 @@
 //! ([`crate::http::body::Source::H2`]).
 //!
 //! Retry classes, as for HTTP/1: a request the connection took no part of (it had closed),
-//! or a bodiless one the server refused unprocessed (`REFUSED_STREAM`, RFC 9113 §8.7), is
-//! [`Attempt::NotSent`]; a stream that failed after being sent is [`Attempt::NoResponse`].
+//! or one the server did not take — refused unprocessed (`REFUSED_STREAM`, RFC 9113 §8.7) or
+//! past the last stream of a graceful GOAWAY (§6.8) — whose body can be sent again (none, or
+//! one of up to [`WHOLE_BYTES`] read whole first), is [`Attempt::NotSent`]; a stream that
+//! failed after being sent is [`Attempt::NoResponse`].
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
@@ -27,6 +29,10 @@ use super::Attempt;
 use crate::group::ServerState;
 use crate::stats::VirtualServerCounters;
 use crate::upstream::h2::Stream;
+
+/// The largest request body read whole before it is sent to an HTTP/2 server (see
+/// [`super::body::Whole`]): larger ones stream, and a stream the server does not take fails.
+pub(super) const WHOLE_BYTES: u64 = 64 << 10;
 
 /// A request as it goes to HTTP/2 servers, built once for all attempts.
 pub(super) struct H2Request {
@@ -241,6 +247,7 @@ pub(super) async fn exchange(
     let sent_at = headway_core::SystemClock::now();
     let deadline = tokio::time::Instant::from_std(sent_at) + cfg.response_timeout;
     let bodiless = body.as_ref().is_none_or(|b| b.is_end_stream());
+    let resendable = bodiless || matches!(body, Some(ReqBody::Whole(_)));
     // A stream is opened once the server's concurrency limit allows one.
     let mut send = match tokio::time::timeout_at(deadline, send.into_inner().ready()).await {
         Ok(Ok(s)) => s,
@@ -263,7 +270,11 @@ pub(super) async fn exchange(
         drop(stream);
         None
     } else {
-        let inner = body.take().unwrap_or(ReqBody::Empty);
+        // A body read whole is sent from a copy (another attempt may send it again).
+        let inner = match body {
+            Some(ReqBody::Whole(w)) => ReqBody::Whole(w.clone()),
+            _ => body.take().unwrap_or(ReqBody::Empty),
+        };
         let sent_body = H2Body::new(inner, max_body, Some((vs_counters.clone(), server.clone())));
         let fault = sent_body.fault_cell();
         // A body that fails (the client's, or one past the limit: `H2Body` says which) resets
@@ -280,11 +291,22 @@ pub(super) async fn exchange(
                 let (status, why) = fault.answer();
                 return Err(Attempt::Fail(status, why));
             }
-            if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
+            // Not taken by the server: refused, or above the last stream a graceful GOAWAY
+            // said it would process (NGINX closes its connections so after 1,000 requests by
+            // default; the h2 crate fails only those streams with that GOAWAY's NO_ERROR). A
+            // body already on its way cannot be sent again unless it was read whole.
+            // (A GOAWAY's is the connection's routine end, not a failure of the server.)
+            let untaken = if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
                 failed("the server refused the stream", false);
-                let why = "the server refused the request unprocessed";
-                // A body already on its way cannot be sent again.
-                return Err(if fault.is_none() {
+                Some("the server refused the request unprocessed")
+            } else if e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR) {
+                tracing::debug!(group = %cfg.name, server = %server.address, "a stream past the server's GOAWAY");
+                Some("the server closed the connection before taking the request")
+            } else {
+                None
+            };
+            if let Some(why) = untaken {
+                return Err(if resendable {
                     Attempt::NotSent(StatusCode::BAD_GATEWAY, why)
                 } else {
                     Attempt::NoResponse(StatusCode::BAD_GATEWAY, why)

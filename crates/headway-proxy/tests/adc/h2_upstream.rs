@@ -469,3 +469,117 @@ async fn a_server_whose_stream_limit_is_reached_gets_another_connection() {
     let server = &s.groups[0].servers[0];
     assert_eq!((server.connections_opened, server.idle_connections), (3, 3));
 }
+
+/// NGINX serving HTTP/2 with prior knowledge on a free loopback port, closing each connection
+/// with a graceful GOAWAY after `keepalive_requests` requests (1,000 by default in NGINX);
+/// killed when dropped (one process, no master: a killed master would leave its workers).
+struct Nginx {
+    child: std::process::Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    fn start(keepalive_requests: u32) -> Nginx {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let d = dir.path().display();
+        let conf = format!(
+            "master_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+             events {{ worker_connections 256; }}\n\
+             http {{\n access_log off;\n client_body_temp_path {d}/body;\n\
+             proxy_temp_path {d}/proxy;\n fastcgi_temp_path {d}/fastcgi;\n\
+             uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n\
+             server {{\n  listen {addr} http2;\n  keepalive_requests {keepalive_requests};\n\
+             location / {{ return 200 \"ok\\n\"; }}\n }}\n}}\n"
+        );
+        std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+        let child = std::process::Command::new("nginx")
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-c")
+            .arg(dir.path().join("nginx.conf"))
+            .args(["-g", "daemon off;"])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("nginx (scripts/setup.sh installs it)");
+        let deadline = SystemClock::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(
+                SystemClock::now() < deadline,
+                "nginx did not listen on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Nginx {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A server that closes its HTTP/2 connections with a graceful GOAWAY now and then (NGINX's
+/// `keepalive_requests`) refuses the streams sent past it: bodiless requests and small bodies
+/// (read whole first) are sent again on a new connection, and no client sees an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_a_server_did_not_take_before_its_goaway_are_sent_again() {
+    let nginx = Nginx::start(10);
+    let text = format!(
+        "{}{}",
+        group("g", "protocol = \"h2\"", &[(nginx.addr, "")]),
+        vs("g", "")
+    );
+    let (p, addr) = proxy_with(&text, 1).await;
+    let c = h2_client();
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut statuses = Vec::new();
+            for j in 0..25 {
+                let (method, body) = if (i + j) % 2 == 0 {
+                    ("POST", vec![b'x'; 2000])
+                } else {
+                    ("GET", Vec::new())
+                };
+                let req = Request::builder()
+                    .method(method)
+                    .uri(format!("http://{addr}/"))
+                    .body(BodyExt::boxed(Full::new(Bytes::from(body))))
+                    .unwrap();
+                let r = c.request(req).await.unwrap();
+                let status = r.status().as_u16();
+                let body = r.into_body().collect().await.unwrap().to_bytes();
+                statuses.push((status, body));
+            }
+            statuses
+        }));
+    }
+    let mut answers = HashMap::new();
+    for t in tasks {
+        for (status, body) in t.await.unwrap() {
+            *answers
+                .entry((status, String::from_utf8_lossy(&body).into_owned()))
+                .or_insert(0) += 1;
+        }
+    }
+    assert_eq!(
+        answers,
+        HashMap::from([((200, "ok\n".to_string()), 400)]),
+        "{:?}",
+        p.snapshot().groups[0].servers[0]
+    );
+    // NGINX closed a connection every 10 requests.
+    assert!(p.snapshot().groups[0].servers[0].connections_opened >= 30);
+}
