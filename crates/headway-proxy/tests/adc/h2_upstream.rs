@@ -1,6 +1,8 @@
-//! Groups with `protocol = "h2"`: requests to the servers as streams of one HTTP/2 connection
-//! per server and worker, trailers both ways (gRPC's shape), bodies streamed, timeouts and a
-//! server that goes away — against `headway origin`, which serves HTTP/2 with prior knowledge.
+//! Groups with `protocol = "h2"`: requests to the servers as streams of an HTTP/2 connection
+//! per server and worker (more when a server's stream limit fills one), trailers both ways
+//! (gRPC's shape), bodies streamed, timeouts and a server that goes away — against `headway
+//! origin`, which serves HTTP/2 with prior knowledge; clients that leave, stream limits and
+//! GOAWAYs against servers of the tests' own and a real NGINX.
 
 use super::*;
 
