@@ -1854,6 +1854,46 @@ async fn http2_clients_send_large_bodies_wait_for_100_continue_and_reset_streams
     assert_eq!(gone.groups[0].servers[0].active, 0);
 }
 
+/// A client that leaves while its request is at an HTTP/1 server lets the answer finish on
+/// the server connection, which goes back to the pool for the next request instead of being
+/// closed (HAProxy's default too): one connection serves both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_does_not_cost_its_server_connection() {
+    let o = Origin::start("o", Duration::ZERO).await;
+    let text = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", ""));
+    let (p, addr) = proxy_with(&text, 1).await;
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut s = send.clone().ready().await.unwrap();
+    let req = http::Request::get(format!("http://{addr}/dynamic?latency=300ms"))
+        .body(())
+        .unwrap();
+    let (answer, mut up) = s.send_request(req, true).unwrap();
+    until(&p, "the request at the server", |s| {
+        s.groups[0].servers[0].active == 1
+    })
+    .await;
+    // The client gives the request up while the server is still working on it.
+    up.send_reset(h2::Reason::CANCEL);
+    drop(answer);
+    let s = until(&p, "the answer read and its connection pooled", |s| {
+        s.groups[0].servers[0].idle_connections == 1
+    })
+    .await;
+    assert_eq!(s.groups[0].servers[0].connections_opened, 1);
+    let r = get(&client(), addr, "/healthz").await;
+    assert_eq!(r.status, 200);
+    let server = &p.snapshot().groups[0].servers[0];
+    assert_eq!(
+        (server.connections_opened, server.reused),
+        (1, 1),
+        "{server:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sharepoint_example_does_what_the_seeds_netscaler_does() {
     // The example file as shipped, its four server addresses pointed at live origins and its

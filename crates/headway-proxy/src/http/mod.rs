@@ -43,6 +43,7 @@ pub mod body;
 pub mod codec;
 pub mod compress;
 pub mod framing;
+mod gone_client;
 pub mod h1;
 mod h2_pipe;
 mod h2_server;
@@ -1833,7 +1834,7 @@ async fn upstream(
                 &mut body,
                 (framing, vs.config.max_body_bytes),
                 (&parts.method, upgrade.is_some()),
-                &vs.shared.counters,
+                (&vs.shared.counters, &conn.awaited),
             ))
             .await
             .map(|(c, h, decoder)| (h, Source::H1(c, decoder))),
@@ -1881,7 +1882,7 @@ async fn upstream(
 /// connection, request, response head.
 async fn exchange(
     (server, proxy): (
-        &crate::group::ServerState,
+        &Arc<crate::group::ServerState>,
         Option<crate::upstream::ProxyHeader>,
     ),
     cfg: &headway_config::adc::ServerGroup,
@@ -1889,7 +1890,7 @@ async fn exchange(
     body: &mut Option<ReqBody>,
     (framing, max_body): (codec::RequestFraming, Option<u64>),
     (method, upgrade): (&Method, bool),
-    vs_counters: &VirtualServerCounters,
+    (vs_counters, awaited): (&VirtualServerCounters, &Arc<std::sync::atomic::AtomicUsize>),
 ) -> Result<(crate::upstream::Conn, codec::ResponseHead, codec::Decoder), Attempt> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let mut c = match server
@@ -1963,8 +1964,15 @@ async fn exchange(
             "the server closed the connection",
         ));
     }
-    // Receive the head (skipping 1xx interim answers).
+    // Receive the head (skipping 1xx interim answers). The request is sent whole: a client
+    // that leaves while the answer is awaited lets it finish on the connection, which then
+    // goes back to the pool (see `gone_client`), unless it asked for an upgrade.
+    let mut pending = gone_client::PendingAnswer::new(c, method, server, deadline, awaited);
+    pending.armed = !upgrade;
     let read = async {
+        let Some(c) = pending.conn.as_mut() else {
+            return Err((false, "no connection".to_string()));
+        };
         loop {
             if !c.buf.is_empty() {
                 match codec::parse_response_head(&mut c.buf, &mut c.names) {
@@ -1993,7 +2001,15 @@ async fn exchange(
             }
         }
     };
-    let h = match tokio::time::timeout_at(deadline, read).await {
+    let waited = tokio::time::timeout_at(deadline, read).await;
+    pending.armed = false;
+    let Some(c) = pending.conn.take() else {
+        return Err(Attempt::Fail(
+            StatusCode::BAD_GATEWAY,
+            "the server connection was lost",
+        ));
+    };
+    let h = match waited {
         Ok(Ok(h)) => h,
         Ok(Err((partial, why))) => {
             server_failed(&why, !reused);

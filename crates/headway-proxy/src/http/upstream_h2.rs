@@ -18,13 +18,14 @@
 //! one of up to [`WHOLE_BYTES`] read whole first), is [`Attempt::NotSent`]; a stream that
 //! failed after being sent is [`Attempt::NoResponse`].
 
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::AtomicUsize;
 
 use http::{HeaderValue, Request, StatusCode, Version};
 use hyper::body::Body as _;
 
 use super::body::{H2Body, H2Recv, ReqBody, Source};
 use super::codec::ResponseHead;
+use super::gone_client::{Awaiting, DRAIN_BYTES};
 use super::Attempt;
 use crate::group::ServerState;
 use crate::stats::VirtualServerCounters;
@@ -89,7 +90,7 @@ impl H2Request {
 }
 
 /// The answer of a stream sent to a server, waited for even if the request's client goes
-/// away first.
+/// away first (see [`super::gone_client`]).
 ///
 /// Dropped before the answer came (its client reset the stream or closed the connection), it
 /// leaves a task that waits for the answer until `deadline` (the group's response timeout)
@@ -98,15 +99,9 @@ impl H2Request {
 /// the connection the worker shares with every other client, and servers guarding against
 /// rapid reset (CVE-2023-44487; the h2 crate's, hence hyper's, after 20 streams reset before
 /// they were taken) take that for an attack and close the connection with every other
-/// client's requests on it: measured with `h2load` clients killed with 800
-/// streams in flight beside a steady POST load, 1,060 of 56,901 POSTs failed with 502 and
-/// the load ran at a seventh of its rate. HAProxy does the same by default (no
-/// `abortonclose`): a request sent whole is let finish.
-///
-/// At most [`MAX_AWAITED`] answers are awaited for one client connection at a time; past
-/// them a gone stream is reset at once. A client that opens streams and resets them in a loop
-/// (the rapid-reset attack itself) thus has no more requests worked on by the servers than
-/// one that keeps its streams open.
+/// client's requests on it: measured with `h2load` clients killed with 800 streams in flight
+/// beside a steady POST load, 995 of 98,941 POSTs failed with 502. Past
+/// [`super::gone_client::MAX_AWAITED`] awaited for the client connection, the stream is reset.
 struct Awaited {
     answer: Option<h2::client::ResponseFuture>,
     deadline: tokio::time::Instant,
@@ -115,24 +110,6 @@ struct Awaited {
     /// The answers awaited for the client connection's gone streams.
     awaited: std::sync::Arc<AtomicUsize>,
 }
-
-/// The most answers awaited at once for one client connection's gone streams (HTTP/2
-/// clients commonly have 100 streams open at once).
-const MAX_AWAITED: usize = 100;
-
-/// One answer awaited for a gone client: counted on its connection while it lives.
-struct AwaitedOne(std::sync::Arc<AtomicUsize>);
-
-impl Drop for AwaitedOne {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Relaxed);
-    }
-}
-
-/// What a task left to wait for a gone client's answer reads of its body before it lets the
-/// stream go (resetting it if there is more): small answers end cleanly, large ones do not
-/// keep the connection's window busy.
-const DRAIN_BYTES: usize = 256 << 10;
 
 impl Awaited {
     fn new(
@@ -178,11 +155,10 @@ impl Drop for Awaited {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        if self.awaited.fetch_add(1, Relaxed) >= MAX_AWAITED {
-            self.awaited.fetch_sub(1, Relaxed);
+        let Some(awaiting) = Awaiting::take(&self.awaited) else {
             return; // reset
-        }
-        let held = (self.stream.take(), AwaitedOne(self.awaited.clone()));
+        };
+        let held = (self.stream.take(), awaiting);
         rt.spawn(async move {
             let _held = held;
             let _ = tokio::time::timeout_at(deadline, async move {
