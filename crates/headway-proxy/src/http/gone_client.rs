@@ -115,9 +115,13 @@ pub(super) async fn drain_h1(
         let mut head = loop {
             if !c.buf.is_empty() {
                 match codec::parse_response_head(&mut c.buf, &mut c.names) {
+                    // An interim answer: the next may be buffered already.
                     Ok(Some(h))
                         if h.status.is_informational()
-                            && h.status != http::StatusCode::SWITCHING_PROTOCOLS => {}
+                            && h.status != http::StatusCode::SWITCHING_PROTOCOLS =>
+                    {
+                        continue
+                    }
                     Ok(Some(h)) => break h,
                     Ok(None) => {}
                     Err(_) => return false,
