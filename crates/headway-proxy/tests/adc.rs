@@ -1856,42 +1856,96 @@ async fn http2_clients_send_large_bodies_wait_for_100_continue_and_reset_streams
 
 /// A client that leaves while its request is at an HTTP/1 server lets the answer finish on
 /// the server connection, which goes back to the pool for the next request instead of being
-/// closed (HAProxy's default too): one connection serves both.
+/// closed (HAProxy's default too): one connection serves them all, whether the answer is
+/// framed by its length or chunked after an interim `100` (read to its last chunk and
+/// trailers before the connection is pooled).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_leaves_does_not_cost_its_server_connection() {
-    let o = Origin::start("o", Duration::ZERO).await;
-    let text = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", ""));
+    // A server that counts its connections and the requests it has read, and answers
+    // `/slow…` after 300 ms.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = listener.local_addr().unwrap();
+    let (accepted, received) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (a, r) = (accepted.clone(), received.clone());
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            a.fetch_add(1, Ordering::SeqCst);
+            let r = r.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    // One request head at a time (bodiless GETs).
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match tcp.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                    buf.drain(..end);
+                    r.fetch_add(1, Ordering::SeqCst);
+                    if head.starts_with("GET /slow") {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                    }
+                    let answer: &[u8] = if head.starts_with("GET /slow-chunked") {
+                        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\
+                          Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n\
+                          0\r\nX-Done: yes\r\n\r\n"
+                    } else {
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world"
+                    };
+                    if tcp.write_all(answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let text = format!("{}{}", group("g", "", &[(server, "")]), vs("g", ""));
     let (p, addr) = proxy_with(&text, 1).await;
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (send, conn) = h2::client::handshake(tcp).await.unwrap();
     tokio::spawn(async move {
         let _ = conn.await;
     });
-    let mut s = send.clone().ready().await.unwrap();
-    let req = http::Request::get(format!("http://{addr}/dynamic?latency=300ms"))
-        .body(())
-        .unwrap();
-    let (answer, mut up) = s.send_request(req, true).unwrap();
-    until(&p, "the request at the server", |s| {
-        s.groups[0].servers[0].active == 1
-    })
-    .await;
-    // The client gives the request up while the server is still working on it.
-    up.send_reset(h2::Reason::CANCEL);
-    drop(answer);
-    let s = until(&p, "the answer read and its connection pooled", |s| {
-        s.groups[0].servers[0].idle_connections == 1
-    })
-    .await;
-    assert_eq!(s.groups[0].servers[0].connections_opened, 1);
-    let r = get(&client(), addr, "/healthz").await;
-    assert_eq!(r.status, 200);
-    let server = &p.snapshot().groups[0].servers[0];
-    assert_eq!(
-        (server.connections_opened, server.reused),
-        (1, 1),
-        "{server:?}"
-    );
+    for (round, path) in ["/slow-length", "/slow-chunked"].into_iter().enumerate() {
+        let before = received.load(Ordering::SeqCst);
+        let mut s = send.clone().ready().await.unwrap();
+        let req = http::Request::get(format!("http://{addr}{path}"))
+            .body(())
+            .unwrap();
+        let (answer, mut up) = s.send_request(req, true).unwrap();
+        let deadline = SystemClock::now() + Duration::from_secs(10);
+        while received.load(Ordering::SeqCst) == before {
+            assert!(
+                SystemClock::now() < deadline,
+                "{path} never reached the server"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The client gives the request up while the server is still working on it.
+        up.send_reset(h2::Reason::CANCEL);
+        drop(answer);
+        until(&p, "the answer read and its connection pooled", |s| {
+            s.groups[0].servers[0].idle_connections == 1
+        })
+        .await;
+        let r = get(&client(), addr, "/next").await;
+        assert_eq!(
+            (r.status, &r.body[..]),
+            (200, &b"hello world"[..]),
+            "{path}"
+        );
+        let server = &p.snapshot().groups[0].servers[0];
+        assert_eq!(
+            (accepted.load(Ordering::SeqCst), server.connections_opened),
+            (1, 1),
+            "{path}: {server:?}"
+        );
+        assert_eq!(server.reused, 2 * round as u64 + 1, "{path}: {server:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -135,11 +135,12 @@ pub(super) async fn drain_h1(
         if head.status == http::StatusCode::SWITCHING_PROTOCOLS {
             return false;
         }
-        let close = super::headers::strip_hop_by_hop(&mut head.headers)
-            || head.version == http::Version::HTTP_10;
+        // The framing first: stripping the hop-by-hop fields removes `Transfer-Encoding`.
         let Ok(framing) = codec::response_framing(method, head.status, &head.headers) else {
             return false;
         };
+        let close = super::headers::strip_hop_by_hop(&mut head.headers)
+            || head.version == http::Version::HTTP_10;
         let mut decoder = codec::Decoder::new(framing);
         let mut payload = 0;
         loop {
