@@ -43,12 +43,43 @@ pub enum ReqBody {
     /// `crate::http::h1`).
     Empty,
     /// hyper's (HTTP/1), as the client sends it.
-    Client(hyper::body::Incoming),
+    Client(ClientBody),
     /// An HTTP/2 client's stream (`crate::http::h2_server`).
     H2(H2Recv),
     /// A body read whole before it was sent: a small one to HTTP/2 servers, kept so that a
     /// stream the server did not take can be sent again ([`Whole`]).
     Whole(Whole),
+}
+
+/// An HTTP/1 client's body as hyper reads it, which asks for a lingering close of its
+/// connection when it is dropped before its end.
+///
+/// A body left unread — the server answered before it was all sent and stopped the upload
+/// (an HTTP/2 server's `RST_STREAM(NO_ERROR)`, an HTTP/1 server that closes), or the request
+/// failed — makes hyper end the connection after the answer, while the client may still be
+/// sending it. Closing a socket with unread bytes makes the kernel reset the connection, and
+/// a client still writing its body then takes the reset for the failure of the whole exchange
+/// and loses the answer it was reading (hyper's client: "connection error" on the answer's
+/// body, 1 exchange in 80 with a 4 MiB upload; see `super::linger`).
+#[derive(Debug)]
+pub struct ClientBody {
+    inner: hyper::body::Incoming,
+    activity: Arc<ConnActivity>,
+}
+
+impl ClientBody {
+    /// `inner`, on the connection of `activity`.
+    pub fn new(inner: hyper::body::Incoming, activity: Arc<ConnActivity>) -> Self {
+        ClientBody { inner, activity }
+    }
+}
+
+impl Drop for ClientBody {
+    fn drop(&mut self) {
+        if !self.inner.is_end_stream() {
+            self.activity.linger();
+        }
+    }
 }
 
 /// A request body read to its end, its trailers too; sent from a copy, so that it can be sent
@@ -87,7 +118,7 @@ impl Body for ReqBody {
     ) -> Poll<Option<Result<Frame<Bytes>, ReqBodyError>>> {
         match self.get_mut() {
             ReqBody::Empty => Poll::Ready(None),
-            ReqBody::Client(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            ReqBody::Client(b) => Pin::new(&mut b.inner).poll_frame(cx).map_err(Into::into),
             ReqBody::H2(b) => b.poll_frame(cx).map_err(Into::into),
             ReqBody::Whole(w) => Poll::Ready(match w.data.take() {
                 Some(d) => Some(Ok(Frame::data(d))),
@@ -99,7 +130,7 @@ impl Body for ReqBody {
     fn is_end_stream(&self) -> bool {
         match self {
             ReqBody::Empty => true,
-            ReqBody::Client(b) => b.is_end_stream(),
+            ReqBody::Client(b) => b.inner.is_end_stream(),
             ReqBody::H2(b) => b.is_end_stream(),
             ReqBody::Whole(w) => w.data.is_none() && w.trailers.is_none(),
         }
@@ -108,7 +139,7 @@ impl Body for ReqBody {
     fn size_hint(&self) -> SizeHint {
         match self {
             ReqBody::Empty => SizeHint::with_exact(0),
-            ReqBody::Client(b) => b.size_hint(),
+            ReqBody::Client(b) => b.inner.size_hint(),
             // The client's `Content-Length` (h2 checks the data against it), so that an
             // HTTP/1 server gets the body framed by its length, as the client framed it.
             ReqBody::H2(b) => b

@@ -581,8 +581,18 @@ impl<S: Stream> Drop for ClientIo<S> {
     }
 }
 
+/// How long a lingering close waits for each read of what the client still sends.
+const LINGER_READ: Duration = Duration::from_secs(2);
+/// How long a lingering close lasts at most.
+const LINGER_TIME: Duration = Duration::from_secs(30);
+/// How many bytes a lingering close reads and drops at most.
+const LINGER_BYTES: usize = 64 << 20;
+
 /// Answers `refused` (if any) with 400 and `Connection: close`, then reads and drops what the
-/// client still sends, for at most 2 s or 256 KiB, then closes.
+/// client still sends until it stops: its end, [`LINGER_READ`] without a byte, [`LINGER_TIME`]
+/// or [`LINGER_BYTES`] (nginx's `lingering_timeout` and `lingering_time` are 5 s and 30 s),
+/// then closes. A client uploading a body that its answer left unread (an early answer, a
+/// 413) so sends it to its end and reads the answer instead of a reset.
 async fn linger<S: Stream>(mut s: S, refused: Option<framing::Violation>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     if let Some(v) = refused {
@@ -605,10 +615,11 @@ async fn linger<S: Stream>(mut s: S, refused: Option<framing::Violation>) {
     // On the heap: a buffer on the stack would be part of this task's future, which tokio
     // moves by value when it spawns it.
     let mut buf = vec![0u8; 16 * 1024];
-    let mut left: usize = 256 * 1024;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    let mut left = LINGER_BYTES;
+    let deadline = tokio::time::Instant::now() + LINGER_TIME;
     while left > 0 {
-        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+        let until = deadline.min(tokio::time::Instant::now() + LINGER_READ);
+        match tokio::time::timeout_at(until, s.read(&mut buf)).await {
             Ok(Ok(n)) if n > 0 => left = left.saturating_sub(n),
             _ => return,
         }
@@ -885,7 +896,9 @@ fn hyper_conn<S: Stream>(
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         // Boxed: a request's state machine is kilobytes, and hyper moves the service's future
         // into place by value; a box is copied once.
-        let response = Box::pin(handle(conn.clone(), req.map(ReqBody::Client)));
+        let activity = conn.activity.clone();
+        let req = req.map(|b| ReqBody::Client(body::ClientBody::new(b, activity)));
+        let response = Box::pin(handle(conn.clone(), req));
         async move { Ok::<_, Infallible>(response.await) }
     });
     Box::pin(

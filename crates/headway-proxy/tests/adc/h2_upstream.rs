@@ -585,3 +585,73 @@ async fn requests_a_server_did_not_take_before_its_goaway_are_sent_again() {
     // NGINX closed a connection every 10 requests.
     assert!(p.snapshot().groups[0].servers[0].connections_opened >= 30);
 }
+
+/// A server that answers before reading the request's body and then stops the upload with
+/// `RST_STREAM(NO_ERROR)` (RFC 9113 §8.1: the answer stands; NGINX does it, and cloud storage
+/// APIs) has its answer passed on whole, to HTTP/1 and HTTP/2 clients alike, while the
+/// client is still sending a body the server never reads. The server resets each stream once
+/// the client has the answer's head, so the reset reaches the proxy while it relays the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_before_the_body_then_a_no_error_reset_reaches_the_client_whole() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = listener.local_addr().unwrap();
+    // One permit per answer head a client has: the server resets a stream for each.
+    let heads = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let seen = heads.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut conn = h2::server::handshake(tcp).await.unwrap();
+                while let Some(Ok((_req, mut respond))) = conn.accept().await {
+                    let seen = seen.clone();
+                    tokio::spawn(async move {
+                        // No length: the answer ends with its stream.
+                        let mut out = respond
+                            .send_response(http::Response::new(()), false)
+                            .unwrap();
+                        out.send_data(Bytes::from_static(b"early "), false).unwrap();
+                        out.send_data(Bytes::from_static(b"answer"), true).unwrap();
+                        seen.acquire().await.unwrap().forget();
+                        respond.send_reset(h2::Reason::NO_ERROR);
+                    });
+                }
+            });
+        }
+    });
+    let text = format!(
+        "{}{}",
+        group("g", "protocol = \"h2\"", &[(server, "")]),
+        vs("g", "")
+    );
+    let (_p, addr) = proxy_with(&text, 1).await;
+    // 4 MiB up: far more than the server's window, so the upload is under way at the reset.
+    let up: &'static [u8] = Box::leak(vec![b'x'; 4 << 20].into_boxed_slice());
+    let big = Bytes::from_static(up);
+    for round in 0..20 {
+        let req = Request::post(format!("http://{addr}/upload"))
+            .body(Full::new(big.clone()))
+            .unwrap();
+        let r = client()
+            .request(req)
+            .await
+            .expect("an HTTP/1 client's answer");
+        heads.add_permits(1);
+        assert_eq!(r.status(), 200);
+        let body = r.into_body().collect().await;
+        let body = body.unwrap_or_else(|e| panic!("round {round}: HTTP/1 client: {e:?}"));
+        assert_eq!(&body.to_bytes()[..], b"early answer");
+        let req = Request::post(format!("http://{addr}/upload"))
+            .body(BodyExt::boxed(Full::new(big.clone())))
+            .unwrap();
+        let r = h2_client()
+            .request(req)
+            .await
+            .expect("an HTTP/2 client's answer");
+        heads.add_permits(1);
+        assert_eq!(r.status(), 200);
+        let body = r.into_body().collect().await;
+        let body = body.unwrap_or_else(|e| panic!("round {round}: HTTP/2 client: {e:?}"));
+        assert_eq!(&body.to_bytes()[..], b"early answer");
+    }
+}
