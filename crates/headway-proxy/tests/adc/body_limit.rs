@@ -46,3 +46,19 @@ pub(super) fn chunked_post_of_1800_bytes() -> Vec<u8> {
     req.extend_from_slice(b"0\r\n\r\n");
     req
 }
+
+/// A large upload over the limit gets its 413 read by the client, which is still sending
+/// when the answer leaves: the connection closes lingering until the client has sent it all,
+/// instead of resetting under the client's writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_upload_over_the_limit_gets_its_413_not_a_reset() {
+    let (_o, p, addr) = before_one_origin("max_body_bytes = \"1MiB\"").await;
+    let up: &'static [u8] = Box::leak(vec![b'x'; 4 << 20].into_boxed_slice());
+    for round in 0..10 {
+        let r = send(&client(), "POST", addr, "/echo", &[], up).await;
+        let r = r.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(r.status, 413, "round {round}");
+        assert!(r.text().contains("larger than"), "{}", r.text());
+    }
+    assert_eq!(p.snapshot().groups[0].servers[0].requests, 0);
+}
