@@ -1748,8 +1748,6 @@ async fn upstream(
         h.insert(header::UPGRADE, protocols.clone());
     }
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    // Only the hash methods read a key.
-    let hash_key = hash_key(cfg, target, &parts.headers);
     let framing = match &body {
         None => codec::RequestFraming::Empty,
         Some(b) if b.is_end_stream() => codec::RequestFraming::Empty,
@@ -1760,16 +1758,17 @@ async fn upstream(
     };
     let mut head = bytes::BytesMut::new();
     let h2_request = if h2 {
-        Some(upstream_h2::H2Request::new(
-            &parts,
-            target,
-            cfg.tls.is_some(),
-            trailers,
-        ))
+        // The fields move to the HTTP/2 request (nothing reads them in `parts` from here).
+        let fields = std::mem::take(&mut parts.headers);
+        let r = upstream_h2::H2Request::new(&parts, fields, target, (cfg.tls.is_some(), trailers));
+        Some(r)
     } else {
         codec::write_request_head(&mut head, &parts.method, target, &parts.headers, framing);
         None
     };
+    // Only the hash methods read a key.
+    let fields = h2_request.as_ref().map_or(&parts.headers, |r| &r.headers);
+    let hash_key = hash_key(cfg, target, fields);
     let replayable = idempotent(&parts.method) && framing == codec::RequestFraming::Empty;
     let mut body = body;
     // A small body to an HTTP/2 server is read whole first, so that a stream the server does

@@ -43,11 +43,15 @@ pub(super) struct H2Request {
 }
 
 impl H2Request {
-    /// The request of `parts` (its fields already as servers get them, hop-by-hop ones
+    /// The request of `parts` with `headers` (its fields as servers get them, hop-by-hop ones
     /// removed) to a group whose servers are reached over TLS when `tls`; `trailers` when the
     /// client's `TE` named them.
-    pub fn new(parts: &http::request::Parts, target: &str, tls: bool, trailers: bool) -> Self {
-        let mut headers = parts.headers.clone();
+    pub fn new(
+        parts: &http::request::Parts,
+        mut headers: http::HeaderMap,
+        target: &str,
+        (tls, trailers): (bool, bool),
+    ) -> Self {
         let authority = headers
             .remove(http::header::HOST)
             .and_then(|h| http::uri::Authority::try_from(h.as_bytes()).ok())
