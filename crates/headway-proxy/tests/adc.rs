@@ -86,6 +86,10 @@ mod body_limit;
 #[path = "adc/h2_upstream.rs"]
 mod h2_upstream;
 
+/// HTTP/1 servers that answer before reading the whole request body.
+#[path = "adc/early_answers.rs"]
+mod early_answers;
+
 /// gRPC between real gRPC peers (grpcio).
 #[path = "adc/grpc.rs"]
 mod grpc;

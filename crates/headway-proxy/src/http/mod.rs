@@ -54,6 +54,7 @@ pub mod request_id;
 pub mod rewind;
 pub mod route;
 pub mod tunnel;
+mod upload;
 mod upstream_h2;
 pub mod write_batch;
 
@@ -1944,6 +1945,8 @@ async fn exchange(
             Attempt::NoResponse(StatusCode::BAD_GATEWAY, "the server closed the connection")
         });
     }
+    // The server answered and closed before it took the whole body (see `upload`).
+    let mut cut = false;
     if framing != codec::RequestFraming::Empty {
         let Some(mut b) = body.take() else {
             return Err(Attempt::Fail(
@@ -1951,8 +1954,8 @@ async fn exchange(
                 "the request body was lost",
             ));
         };
-        if let Err(e) = send_body(
-            &mut c.stream,
+        match upload::send_body(
+            (&mut c.stream, &mut c.buf),
             &mut b,
             (framing, max_body),
             vs_counters,
@@ -1960,16 +1963,21 @@ async fn exchange(
         )
         .await
         {
-            // The server has part of a body: its connection is dropped here.
-            let (status, why) = e.answer();
-            if e == BodyError::Server {
-                failed(why);
+            Ok(sent) => cut = sent == upload::Sent::Cut,
+            Err(e) => {
+                // The server has part of a body: its connection is dropped here.
+                let (status, why) = e.answer();
+                if e == BodyError::Server {
+                    failed(why);
+                }
+                return Err(Attempt::Fail(status, why));
             }
-            return Err(Attempt::Fail(status, why));
         }
     }
     // TLS may hold back the request's last bytes until flushed (a no-op for plain TCP).
-    if let Err(e) = c.stream.flush().await {
+    if cut {
+        tracing::debug!(group = %cfg.name, server = %server.address, "the server closed before taking the whole request body");
+    } else if let Err(e) = c.stream.flush().await {
         failed(&e.to_string());
         return Err(Attempt::NoResponse(
             StatusCode::BAD_GATEWAY,
@@ -2021,7 +2029,7 @@ async fn exchange(
             "the server connection was lost",
         ));
     };
-    let h = match waited {
+    let mut h = match waited {
         Ok(Ok(h)) => h,
         Ok(Err((partial, why))) => {
             server_failed(&why, !reused);
@@ -2065,6 +2073,11 @@ async fn exchange(
             ));
         }
     };
+    if cut {
+        // The server's answer before its close: relayed, and the connection not reused.
+        h.headers
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     crate::group::passive_outcome(server, cfg, true);
     let rt = SystemClock::now().saturating_duration_since(sent_at);
     server.counters.latency.record(rt);
@@ -2121,52 +2134,6 @@ impl BodyError {
             BodyError::Server => (StatusCode::BAD_GATEWAY, "writing to the server failed"),
         }
     }
-}
-
-/// Streams the client's request body to the server in the framing of the head, refusing one
-/// longer than `max`.
-async fn send_body(
-    s: &mut crate::tls::ServerStream,
-    body: &mut ReqBody,
-    (framing, max): (codec::RequestFraming, Option<u64>),
-    vs_counters: &VirtualServerCounters,
-    server_counters: &crate::stats::ServerCounters,
-) -> Result<(), BodyError> {
-    use http_body_util::BodyExt as _;
-    use tokio::io::AsyncWriteExt as _;
-    let chunked = framing == codec::RequestFraming::Chunked;
-    let mut frame_head = bytes::BytesMut::with_capacity(32);
-    let mut sent = 0u64;
-    while let Some(f) = body.frame().await {
-        let f = f.map_err(|_| BodyError::Client)?;
-        let Ok(data) = f.into_data() else { continue };
-        if data.is_empty() {
-            continue;
-        }
-        sent += data.len() as u64;
-        if max.is_some_and(|max| sent > max) {
-            return Err(BodyError::TooLarge);
-        }
-        vs_counters.bytes_in.add(data.len() as u64);
-        server_counters.bytes_out.add(data.len() as u64);
-        if chunked {
-            frame_head.clear();
-            codec::write_chunk_size(&mut frame_head, data.len());
-            s.write_all(&frame_head)
-                .await
-                .map_err(|_| BodyError::Server)?;
-        }
-        s.write_all(&data).await.map_err(|_| BodyError::Server)?;
-        if chunked {
-            s.write_all(b"\r\n").await.map_err(|_| BodyError::Server)?;
-        }
-    }
-    if chunked {
-        s.write_all(b"0\r\n\r\n")
-            .await
-            .map_err(|_| BodyError::Server)?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
