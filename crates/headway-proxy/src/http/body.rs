@@ -303,7 +303,8 @@ impl Source {
 /// client reads.
 #[derive(Debug)]
 pub struct H2Recv {
-    stream: h2::RecvStream,
+    /// The stream (taken only when it is dropped, see [`H2Recv::lingering`]).
+    stream: Option<h2::RecvStream>,
     /// The answer's `Content-Length`, if it gave one.
     length: Option<u64>,
     /// Data bytes taken so far.
@@ -314,6 +315,8 @@ pub struct H2Recv {
     stage: H2Stage,
     /// An answer's place on the server connection, given back with the body.
     _place: Option<crate::upstream::h2::Stream>,
+    /// A client's request body, read to its end when dropped before it.
+    linger: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -331,12 +334,13 @@ impl H2Recv {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
         H2Recv {
-            stream,
+            stream: Some(stream),
             length,
             taken: 0,
             read: None,
             stage: H2Stage::Data,
             _place: None,
+            linger: false,
         }
     }
 
@@ -352,6 +356,25 @@ impl H2Recv {
         self
     }
 
+    /// The same, read to its end (bounded) when it is dropped before it: a client's request
+    /// body the proxy left unread — its server answered early, or the request was refused.
+    ///
+    /// An answer ends the stream's sending side; were the request side then dropped, h2 would
+    /// reset the stream with `NO_ERROR` (RFC 9113 §8.1: stop sending, the answer stands), and
+    /// clients still uploading take that for the failure of the exchange — curl 7.88 fails
+    /// the request ("stream closed"), every time. So the rest is read and dropped, as the
+    /// HTTP/1 side's lingering close does (`super::linger`, and its bounds): the client
+    /// finishes its upload and reads the answer, and only a client sending past the bounds
+    /// gets the reset.
+    pub fn lingering(mut self) -> Self {
+        self.linger = true;
+        self
+    }
+
+    fn stream(&mut self) -> &mut h2::RecvStream {
+        self.stream.as_mut().expect("taken only on drop")
+    }
+
     /// The data bytes still to come, when the server said how many it sends.
     pub fn remaining(&self) -> Option<u64> {
         self.length.map(|n| n.saturating_sub(self.taken))
@@ -359,7 +382,7 @@ impl H2Recv {
 
     /// Whether nothing more (not even trailers) is to come.
     pub fn is_end_stream(&self) -> bool {
-        self.stage == H2Stage::Done || self.stream.is_end_stream()
+        self.stage == H2Stage::Done || self.stream.as_ref().is_none_or(|s| s.is_end_stream())
     }
 
     /// The next frame: data, then the trailers; `None` at the end.
@@ -371,11 +394,11 @@ impl H2Recv {
             read.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         if self.stage == H2Stage::Data {
-            match ready!(self.stream.poll_data(cx)) {
+            match ready!(self.stream().poll_data(cx)) {
                 Some(Ok(d)) => {
                     // The window is given back as the data is taken; a stream the server
                     // reset meanwhile has none to give back, which is no error here.
-                    let _ = self.stream.flow_control().release_capacity(d.len());
+                    let _ = self.stream().flow_control().release_capacity(d.len());
                     self.taken += d.len() as u64;
                     return Poll::Ready(Some(Ok(Frame::data(d))));
                 }
@@ -387,7 +410,7 @@ impl H2Recv {
             }
         }
         if self.stage == H2Stage::Trailers {
-            let polled = ready!(self.stream.poll_trailers(cx));
+            let polled = ready!(self.stream().poll_trailers(cx));
             self.stage = H2Stage::Done;
             return Poll::Ready(match polled {
                 Ok(Some(t)) => Some(Ok(Frame::trailers(t))),
@@ -396,6 +419,37 @@ impl H2Recv {
             });
         }
         Poll::Ready(None)
+    }
+}
+
+impl Drop for H2Recv {
+    fn drop(&mut self) {
+        if !self.linger || self.is_end_stream() {
+            return;
+        }
+        let (Some(stream), Ok(rt)) = (self.stream.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        rt.spawn(drain_h2(stream));
+    }
+}
+
+/// Reads and drops the rest of a client's HTTP/2 request body, within the bounds of a
+/// lingering close (`super::LINGER_READ` between data, `super::LINGER_TIME`,
+/// `super::LINGER_BYTES`); dropping the stream past them resets it.
+async fn drain_h2(mut stream: h2::RecvStream) {
+    let deadline = tokio::time::Instant::now() + super::LINGER_TIME;
+    let mut left = super::LINGER_BYTES;
+    while left > 0 {
+        let until = deadline.min(tokio::time::Instant::now() + super::LINGER_READ);
+        match tokio::time::timeout_at(until, stream.data()).await {
+            Ok(Some(Ok(d))) => {
+                left = left.saturating_sub(d.len());
+                let _ = stream.flow_control().release_capacity(d.len());
+            }
+            _ => return,
+        }
     }
 }
 

@@ -152,7 +152,11 @@ async fn stream(
     let body = if recv.is_end_stream() {
         ReqBody::Empty
     } else {
-        ReqBody::H2(H2Recv::new(recv, &parts.headers).watched(read.clone()))
+        ReqBody::H2(
+            H2Recv::new(recv, &parts.headers)
+                .watched(read.clone())
+                .lingering(),
+        )
     };
     // Pinned in place: the stream's own future is boxed already (in the connection's set).
     let mut handling = std::pin::pin!(super::handle(conn, Request::from_parts(parts, body)));

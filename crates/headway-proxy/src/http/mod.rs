@@ -583,11 +583,11 @@ impl<S: Stream> Drop for ClientIo<S> {
 }
 
 /// How long a lingering close waits for each read of what the client still sends.
-const LINGER_READ: Duration = Duration::from_secs(2);
+pub(crate) const LINGER_READ: Duration = Duration::from_secs(2);
 /// How long a lingering close lasts at most.
-const LINGER_TIME: Duration = Duration::from_secs(30);
+pub(crate) const LINGER_TIME: Duration = Duration::from_secs(30);
 /// How many bytes a lingering close reads and drops at most.
-const LINGER_BYTES: usize = 64 << 20;
+pub(crate) const LINGER_BYTES: usize = 64 << 20;
 
 /// Answers `refused` (if any) with 400 and `Connection: close`, then reads and drops what the
 /// client still sends until it stops: its end, [`LINGER_READ`] without a byte, [`LINGER_TIME`]

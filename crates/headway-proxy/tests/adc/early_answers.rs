@@ -121,3 +121,58 @@ async fn a_servers_answer_before_the_body_reaches_the_client() {
     // came on one (the twenty before it closed each of theirs).
     assert_eq!(accepted.load(std::sync::atomic::Ordering::Relaxed), 21);
 }
+
+/// An HTTP/2 client still uploading when its answer has come is let finish: the rest of its
+/// body is read and dropped, not stopped with `RST_STREAM(NO_ERROR)`, which clients such as
+/// curl 7.88 take for the failure of the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_client_still_uploading_after_its_answer_is_let_finish() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(early_server(tcp));
+        }
+    });
+    let text = format!("{}{}", group("g", "", &[(server, "")]), vs("g", ""));
+    let (_p, addr) = proxy_with(&text, 1).await;
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    for path in ["/close", "/go"] {
+        let mut client = client.clone().ready().await.unwrap();
+        let req = Request::post(format!("http://{addr}{path}"))
+            .body(())
+            .unwrap();
+        let (answer, mut up) = client.send_request(req, false).unwrap();
+        let upload = tokio::spawn(async move {
+            let mut left = 4usize << 20;
+            while left > 0 {
+                up.reserve_capacity(left.min(64 << 10));
+                let n = match std::future::poll_fn(|cx| up.poll_capacity(cx)).await {
+                    Some(Ok(n)) => n.min(left),
+                    Some(Err(e)) => return Err(e.to_string()),
+                    None => return Err("the stream closed".into()),
+                };
+                up.send_data(Bytes::from(vec![b'x'; n]), false)
+                    .map_err(|e| e.to_string())?;
+                left -= n;
+            }
+            up.send_data(Bytes::new(), true).map_err(|e| e.to_string())
+        });
+        let answer = answer.await.unwrap();
+        assert_eq!(answer.status(), 401);
+        let mut body = answer.into_body();
+        let mut got = Vec::new();
+        while let Some(d) = body.data().await {
+            let d = d.unwrap();
+            let _ = body.flow_control().release_capacity(d.len());
+            got.extend_from_slice(&d);
+        }
+        assert_eq!(got, ANSWER.as_bytes(), "{path}");
+        let sent = tokio::time::timeout(Duration::from_secs(20), upload).await;
+        sent.expect("the upload ends").unwrap().unwrap_or_else(|e| {
+            panic!("{path}: the upload was stopped: {e}");
+        });
+    }
+}
