@@ -19,7 +19,8 @@
 //!   2¾ mirror   a copy of a bodiless request to the `mirror` group ([`mirror`]), in a task
 //!               of its own
 //!   3 select    persistence (cookie / source IP) → method → limits → surge queue (503)
-//!   4 upstream  pooled keep-alive connection · send · response header within the timeout
+//!   4 upstream  pooled keep-alive connection · send (the server's side read meanwhile: an
+//!               answer before the whole body, [`upload`]) · response header within the timeout
 //!               retry elsewhere on connect failure (any method) or a reset before any
 //!               response byte (idempotent, bodiless requests), up to `retries` (502/503/504)
 //!   5 respond   hop-by-hop fields out · the cache decides whether to store (the body is
