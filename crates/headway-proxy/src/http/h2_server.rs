@@ -155,7 +155,7 @@ async fn stream(
         ReqBody::H2(
             H2Recv::new(recv, &parts.headers)
                 .watched(read.clone())
-                .lingering(),
+                .lingering(!expects),
         )
     };
     // Pinned in place: the stream's own future is boxed already (in the connection's set).
