@@ -114,9 +114,12 @@ pub struct ServerGroupSection {
     pub queue_timeout: Option<Spanned<DurationValue>>,
     /// How many times a request is tried again on another server after a connect failure (any
     /// method), a reset before any response byte (idempotent methods only) or an answer with a
-    /// status of `retry_on`, 0–10; for `protocol = "h2"` also after a stream the server did
-    /// not take (refused, or past its graceful GOAWAY, as NGINX closes a connection every
-    /// 1,000 requests), any method, with a body of up to 64 KiB (read whole first). Default: 2.
+    /// status of `retry_on`, 0–10. Besides these, a request the server's connection turned
+    /// away untouched is sent again, up to 8 times and whatever `retries` says: a kept-alive
+    /// connection found closed before a byte was written, and for `protocol = "h2"` a stream
+    /// the server did not take (refused, or past its graceful GOAWAY, as NGINX closes a
+    /// connection every 1,000 requests), any method, with a body of up to 64 KiB (read whole
+    /// first). Default: 2.
     pub retries: Option<Spanned<u32>>,
     /// Answers that send a request to another server, within `retries`: a server restarting
     /// or overloaded that says so (`[502, 503, 504]`), 400–599. Only requests without a body

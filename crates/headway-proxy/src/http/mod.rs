@@ -22,7 +22,8 @@
 //!   4 upstream  pooled keep-alive connection · send (the server's side read meanwhile: an
 //!               answer before the whole body, [`upload`]) · response header within the timeout
 //!               retry elsewhere on connect failure (any method) or a reset before any
-//!               response byte (idempotent, bodiless requests), up to `retries` (502/503/504)
+//!               response byte (idempotent, bodiless requests), up to `retries` (502/503/504);
+//!               one a connection turned away untouched is sent again besides ([`Attempt`])
 //!   5 respond   hop-by-hop fields out · the cache decides whether to store (the body is
 //!               teed into it as it streams) · response header rules · compression decided
 //!               (`Accept-Encoding` read before 4; [`compress`]; answers from the cache are
@@ -1672,15 +1673,25 @@ fn checkin_if_done(lease: &Lease, source: Source, close: bool) {
 
 /// Why one attempt at a server failed, and whether another may follow.
 enum Attempt {
-    /// Nothing reached the server (connect failed, or the pooled connection was dead before a
-    /// byte was written): any request may be tried again.
+    /// Nothing reached the server (connect failed): any request may be tried again.
     NotSent(StatusCode, &'static str),
+    /// The server's connection turned the request away untouched — a pooled connection found
+    /// closed before a byte was written, an HTTP/2 stream refused or past a graceful GOAWAY
+    /// — and it can be sent again as it was: sent again (to any server, this one too)
+    /// without counting against `retries`, up to [`MAX_UNTAKEN`] times. That is no failure
+    /// of the server: a server that closes its connections so every few requests (NGINX's
+    /// `keepalive_requests`) would otherwise use a request's retries up while it is busy.
+    Untaken(StatusCode, &'static str),
     /// The request was sent (or partly) and no response byte came back: only a request that
     /// may be sent twice is tried again.
     NoResponse(StatusCode, &'static str),
     /// Give up with this answer.
     Fail(StatusCode, &'static str),
 }
+
+/// How many times a request the server's connection turned away untouched is sent again
+/// ([`Attempt::Untaken`]), besides the group's `retries`.
+const MAX_UNTAKEN: u32 = 8;
 
 /// Phases 3 and 4: choose a server, send, get the response header; retry as configured.
 async fn upstream(
@@ -1788,10 +1799,8 @@ async fn upstream(
             }
         }
     }
-    let mut last = (
-        StatusCode::SERVICE_UNAVAILABLE,
-        "no server could be reached",
-    );
+    // The answer if every try fails: the last try's.
+    let mut last: (StatusCode, &str);
     // The PROXY header of the group's new server connections: this client connection's.
     let proxy = cfg
         .send_proxy_protocol
@@ -1801,7 +1810,8 @@ async fn upstream(
             destination: conn.destination.unwrap_or(vs.config.listen),
         });
     let mut tried = 0u64;
-    for attempt in 0..=cfg.retries {
+    let (mut attempt, mut untaken) = (0, 0);
+    loop {
         let lease = match group
             .acquire(Affinity {
                 client: Some(conn.peer.ip()),
@@ -1874,7 +1884,15 @@ async fn upstream(
                     source,
                 })
             }
-            Err(Attempt::NotSent(status, why)) => last = (status, why),
+            Err(Attempt::Untaken(..)) if untaken < MAX_UNTAKEN => {
+                untaken += 1;
+                // Not this server's failure: it may be chosen again.
+                tried &= !1u64.checked_shl(lease.index as u32).unwrap_or(0);
+                continue;
+            }
+            Err(Attempt::NotSent(status, why) | Attempt::Untaken(status, why)) => {
+                last = (status, why);
+            }
             Err(Attempt::NoResponse(status, why)) if replayable => last = (status, why),
             Err(Attempt::NoResponse(status, why) | Attempt::Fail(status, why)) => {
                 // A body cut off at the limit leaves the rest unread: the connection ends.
@@ -1885,9 +1903,11 @@ async fn upstream(
                 return Flow::Respond(local(status, why, too_large));
             }
         }
-        if retry {
-            server.counters.retries.inc();
+        if !retry {
+            break;
         }
+        server.counters.retries.inc();
+        attempt += 1;
     }
     Flow::Respond(local(last.0, last.1, false))
 }
@@ -1941,7 +1961,7 @@ async fn exchange(
     if let Err(e) = c.stream.write_all(head).await {
         failed(&e.to_string());
         return Err(if c.reused {
-            Attempt::NotSent(StatusCode::BAD_GATEWAY, "the server closed the connection")
+            Attempt::Untaken(StatusCode::BAD_GATEWAY, "the server closed the connection")
         } else {
             Attempt::NoResponse(StatusCode::BAD_GATEWAY, "the server closed the connection")
         });

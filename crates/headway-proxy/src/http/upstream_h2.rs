@@ -15,7 +15,7 @@
 //! Retry classes, as for HTTP/1: a request the connection took no part of (it had closed),
 //! or one the server did not take — refused unprocessed (`REFUSED_STREAM`, RFC 9113 §8.7) or
 //! past the last stream of a graceful GOAWAY (§6.8) — whose body can be sent again (none, or
-//! one of up to [`WHOLE_BYTES`] read whole first), is [`Attempt::NotSent`]; a stream that
+//! one of up to [`WHOLE_BYTES`] read whole first), is [`Attempt::Untaken`]; a stream that
 //! failed after being sent is [`Attempt::NoResponse`].
 
 use std::sync::atomic::AtomicUsize;
@@ -215,7 +215,7 @@ pub(super) async fn exchange(
     let closed = || {
         server.pool.clear();
         failed("the connection closed before the request was sent", false);
-        Attempt::NotSent(StatusCode::BAD_GATEWAY, "the server closed the connection")
+        Attempt::Untaken(StatusCode::BAD_GATEWAY, "the server closed the connection")
     };
     let timed_out = || {
         failed("response timeout", true);
@@ -287,7 +287,7 @@ pub(super) async fn exchange(
             };
             if let Some(why) = untaken {
                 return Err(if resendable {
-                    Attempt::NotSent(StatusCode::BAD_GATEWAY, why)
+                    Attempt::Untaken(StatusCode::BAD_GATEWAY, why)
                 } else {
                     Attempt::NoResponse(StatusCode::BAD_GATEWAY, why)
                 });
