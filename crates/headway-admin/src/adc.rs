@@ -20,7 +20,7 @@
 //! | `adc_request_duration_seconds` (histogram) | `virtual_server` |
 //! | `adc_group_requests_total`, `adc_group_queued_total`, `adc_group_queue_rejected_total`, `adc_group_no_server_total`, `adc_group_persistence_failovers_total` | `group` |
 //! | `adc_group_waiting` | `group` |
-//! | `adc_server_requests_total`, `adc_server_connect_failures_total`, `adc_server_failures_total`, `adc_server_retries_total`, `adc_server_ejections_total`, `adc_server_dns_failures_total` (background lookups of its DNS name that failed), `adc_server_connections_opened_total`, `adc_server_reused_total` | `group`, `server` |
+//! | `adc_server_requests_total`, `adc_server_connect_failures_total`, `adc_server_failures_total`, `adc_server_retries_total`, `adc_server_resent_total` (requests sent again, besides `retries`, because the server's connection turned them away untouched: found closed, a stream refused or past a GOAWAY), `adc_server_ejections_total`, `adc_server_dns_failures_total` (background lookups of its DNS name that failed), `adc_server_connections_opened_total`, `adc_server_reused_total` | `group`, `server` |
 //! | `adc_server_responses_total` | `group`, `server`, `class` |
 //! | `adc_server_active`, `adc_server_up` (1/0), `adc_server_enabled` (1 enabled, 0.5 draining, 0 disabled), `adc_server_reuse_ratio`, `adc_server_idle_connections` | `group`, `server` |
 //! | `adc_server_response_seconds` (histogram, time to response header) | `group`, `server` |
@@ -399,7 +399,7 @@ impl Collector for AdcCollector {
             })
             .collect();
         type SField = fn(&ServerSnapshot) -> u64;
-        let server_counters: [(&str, &str, SField); 8] = [
+        let server_counters: [(&str, &str, SField); 9] = [
             ("adc_server_requests", "Requests sent to a server", |v| {
                 v.requests
             }),
@@ -417,6 +417,11 @@ impl Collector for AdcCollector {
                 "adc_server_retries",
                 "Requests tried again on another server",
                 |v| v.retries,
+            ),
+            (
+                "adc_server_resent",
+                "Requests sent again because the server's connection turned them away untouched",
+                |v| v.resent,
             ),
             (
                 "adc_server_ejections",

@@ -734,6 +734,7 @@ impl Group {
                     connect_failures: c.connect_failures.get(),
                     failures: c.failures.get(),
                     retries: c.retries.get(),
+                    resent: c.resent.get(),
                     connections_opened: c.connections_opened.get(),
                     reused: c.reused.get(),
                     idle_connections: m.state.pool.idle_len() as u64,

@@ -296,6 +296,10 @@ pub struct ServerCounters {
     pub failures: Counter,
     /// Requests tried again elsewhere after failing here.
     pub retries: Counter,
+    /// Requests sent again because this server's connection turned them away untouched (a
+    /// kept-alive connection found closed, an HTTP/2 stream refused or past a GOAWAY); not
+    /// counted in `retries`.
+    pub resent: Counter,
     /// Server connections opened.
     pub connections_opened: Counter,
     /// Requests sent on a reused (pooled) connection.
@@ -577,6 +581,9 @@ pub struct ServerSnapshot {
     pub failures: u64,
     /// Requests tried again elsewhere.
     pub retries: u64,
+    /// Requests sent again after the connection turned them away untouched.
+    #[serde(default)]
+    pub resent: u64,
     /// Connections opened.
     pub connections_opened: u64,
     /// Requests on reused connections.

@@ -1886,6 +1886,7 @@ async fn upstream(
             }
             Err(Attempt::Untaken(..)) if untaken < MAX_UNTAKEN => {
                 untaken += 1;
+                server.counters.resent.inc();
                 // Not this server's failure: it may be chosen again.
                 tried &= !1u64.checked_shl(lease.index as u32).unwrap_or(0);
                 continue;
