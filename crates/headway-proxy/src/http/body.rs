@@ -445,18 +445,36 @@ impl Drop for H2Recv {
 /// lingering close (`super::LINGER_READ` between data, `super::LINGER_TIME`,
 /// `super::LINGER_BYTES`); dropping the stream past them resets it.
 async fn drain_h2(mut stream: h2::RecvStream) {
-    let deadline = tokio::time::Instant::now() + super::LINGER_TIME;
-    let mut left = super::LINGER_BYTES;
+    let rest = discard_h2(&mut stream, super::LINGER_BYTES, Some(super::LINGER_READ));
+    let _ = tokio::time::timeout(super::LINGER_TIME, rest).await;
+}
+
+/// Reads and drops `stream`'s data (its window given back) until its end, an error, `max`
+/// bytes, or `idle` without data; whether it reached its end.
+pub(crate) async fn discard_h2(
+    stream: &mut h2::RecvStream,
+    max: usize,
+    idle: Option<std::time::Duration>,
+) -> bool {
+    let mut left = max;
     while left > 0 {
-        let until = deadline.min(tokio::time::Instant::now() + super::LINGER_READ);
-        match tokio::time::timeout_at(until, stream.data()).await {
-            Ok(Some(Ok(d))) => {
+        let next = match idle {
+            Some(idle) => tokio::time::timeout(idle, stream.data())
+                .await
+                .ok()
+                .flatten(),
+            None => stream.data().await,
+        };
+        match next {
+            Some(Ok(d)) => {
                 left = left.saturating_sub(d.len());
                 let _ = stream.flow_control().release_capacity(d.len());
             }
-            _ => return,
+            Some(Err(_)) => return false,
+            None => return true,
         }
     }
+    false
 }
 
 /// Why a server's body could not be read to its end.

@@ -112,25 +112,8 @@ pub(super) async fn drain_h1(
     deadline: tokio::time::Instant,
 ) {
     let read = async {
-        let mut head = loop {
-            if !c.buf.is_empty() {
-                match codec::parse_response_head(&mut c.buf, &mut c.names) {
-                    // An interim answer: the next may be buffered already.
-                    Ok(Some(h))
-                        if h.status.is_informational()
-                            && h.status != http::StatusCode::SWITCHING_PROTOCOLS =>
-                    {
-                        continue
-                    }
-                    Ok(Some(h)) => break h,
-                    Ok(None) => {}
-                    Err(_) => return false,
-                }
-            }
-            c.buf.reserve(8192);
-            if !matches!(c.stream.read_buf(&mut c.buf).await, Ok(n) if n > 0) {
-                return false;
-            }
+        let Ok(mut head) = super::read_response_head(&mut c).await else {
+            return false;
         };
         if head.status == http::StatusCode::SWITCHING_PROTOCOLS {
             return false;

@@ -1927,7 +1927,7 @@ async fn exchange(
     (method, upgrade): (&Method, bool),
     (vs_counters, awaited): (&VirtualServerCounters, &Arc<std::sync::atomic::AtomicUsize>),
 ) -> Result<(crate::upstream::Conn, codec::ResponseHead, codec::Decoder), Attempt> {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::io::AsyncWriteExt as _;
     let mut c = match server
         .pool
         .checkout(server.address, cfg.connect_timeout, &server.counters, proxy)
@@ -2015,33 +2015,7 @@ async fn exchange(
         let Some(c) = pending.conn.as_mut() else {
             return Err((false, "no connection".to_string()));
         };
-        loop {
-            if !c.buf.is_empty() {
-                match codec::parse_response_head(&mut c.buf, &mut c.names) {
-                    Ok(Some(h)) => {
-                        if h.status.is_informational()
-                            && h.status != StatusCode::SWITCHING_PROTOCOLS
-                        {
-                            continue;
-                        }
-                        return Ok(h);
-                    }
-                    Ok(None) => {}
-                    Err(e) => return Err((true, e.to_string())),
-                }
-            }
-            c.buf.reserve(8192);
-            match c.stream.read_buf(&mut c.buf).await {
-                Ok(0) => {
-                    return Err((
-                        !c.buf.is_empty(),
-                        "the server closed the connection".to_string(),
-                    ))
-                }
-                Ok(_) => {}
-                Err(e) => return Err((!c.buf.is_empty(), e.to_string())),
-            }
-        }
+        read_response_head(c).await
     };
     let waited = tokio::time::timeout_at(deadline, read).await;
     pending.armed = false;
@@ -2105,6 +2079,38 @@ async fn exchange(
     server.counters.latency.record(rt);
     server.observe_response_time(rt);
     Ok((c, h, decoder))
+}
+
+/// Reads the final answer's head off `c` (interim 1xx answers skipped; a `101` is final):
+/// on failure whether part of an answer had come, and why.
+async fn read_response_head(
+    c: &mut crate::upstream::Conn,
+) -> Result<codec::ResponseHead, (bool, String)> {
+    use tokio::io::AsyncReadExt as _;
+    loop {
+        if !c.buf.is_empty() {
+            match codec::parse_response_head(&mut c.buf, &mut c.names) {
+                Ok(Some(h))
+                    if h.status.is_informational()
+                        && h.status != StatusCode::SWITCHING_PROTOCOLS =>
+                {
+                    continue
+                }
+                Ok(Some(h)) => return Ok(h),
+                Ok(None) => {}
+                Err(e) => return Err((true, e.to_string())),
+            }
+        }
+        c.buf.reserve(8192);
+        match c.stream.read_buf(&mut c.buf).await {
+            Ok(0) => {
+                let why = "the server closed the connection".to_string();
+                return Err((!c.buf.is_empty(), why));
+            }
+            Ok(_) => {}
+            Err(e) => return Err((!c.buf.is_empty(), e.to_string())),
+        }
+    }
 }
 
 /// A connection to `server` could not be had: counted (passive health too), its idle

@@ -167,17 +167,7 @@ impl Drop for Awaited {
             let _held = held;
             let _ = tokio::time::timeout_at(deadline, async move {
                 let Ok(resp) = answer.await else { return };
-                let mut body = resp.into_body();
-                let mut read = 0;
-                while read < DRAIN_BYTES {
-                    match body.data().await {
-                        Some(Ok(d)) => {
-                            read += d.len();
-                            let _ = body.flow_control().release_capacity(d.len());
-                        }
-                        _ => return,
-                    }
-                }
+                super::body::discard_h2(&mut resp.into_body(), DRAIN_BYTES, None).await;
             })
             .await;
         });
