@@ -1743,11 +1743,7 @@ async fn http2_clients_send_large_bodies_wait_for_100_continue_and_reset_streams
     let o = Origin::start("o", Duration::ZERO).await;
     let text = format!("{}{}", group("g", "", &[(o.addr, "")]), vs("g", ""));
     let (p, addr) = proxy(&text).await;
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
+    let send = h2_client(addr).await;
     let uri = |path: &str| format!("http://{addr}{path}");
     async fn read_all(resp: http::Response<h2::RecvStream>) -> (u16, Vec<u8>) {
         let status = resp.status().as_u16();
@@ -1858,15 +1854,50 @@ async fn http2_clients_send_large_bodies_wait_for_100_continue_and_reset_streams
     assert_eq!(gone.groups[0].servers[0].active, 0);
 }
 
-/// A client that leaves while its request is at an HTTP/1 server lets the answer finish on
-/// the server connection, which goes back to the pool for the next request instead of being
-/// closed (HAProxy's default too): one connection serves them all, whether the answer is
-/// framed by its length or chunked after an interim `100` (read to its last chunk and
-/// trailers before the connection is pooled).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_leaves_does_not_cost_its_server_connection() {
-    // A server that counts its connections and the requests it has read, and answers
-    // `/slow…` after 300 ms.
+/// An HTTP/2 client connection (prior knowledge) to `addr`, driven by a task of its own.
+async fn h2_client(addr: SocketAddr) -> h2::client::SendRequest<Bytes> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    send
+}
+
+/// An answer's parts, each with the delay before it.
+type Parts = Vec<(Duration, Vec<u8>)>;
+
+/// After a client left request `round` (from 0) of `case`: the server's one connection is
+/// pooled again, and the next request reuses it.
+async fn next_reuses_the_connection(
+    (p, addr): (&Proxy, SocketAddr),
+    accepted: &AtomicU64,
+    round: u64,
+    case: &str,
+) {
+    until(p, "the answer read and its connection pooled", |s| {
+        s.groups[0].servers[0].idle_connections == 1
+    })
+    .await;
+    let r = get(&client(), addr, "/next").await;
+    assert_eq!(
+        (r.status, &r.body[..]),
+        (200, &b"hello world"[..]),
+        "{case}"
+    );
+    let server = &p.snapshot().groups[0].servers[0];
+    assert_eq!(
+        (accepted.load(Ordering::SeqCst), server.connections_opened),
+        (1, 1),
+        "{case}: {server:?}"
+    );
+    assert_eq!(server.reused, 2 * round + 1, "{case}: {server:?}");
+}
+
+/// A server of the test's own that counts its connections and the request heads it read,
+/// and answers each (bodiless) request with the parts `answer` gives for its head, each
+/// after its delay: its address, the connections, the heads.
+async fn head_server(answer: fn(&str) -> Parts) -> (SocketAddr, Arc<AtomicU64>, Arc<AtomicU64>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = listener.local_addr().unwrap();
     let (accepted, received) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -1879,7 +1910,6 @@ async fn a_client_that_leaves_does_not_cost_its_server_connection() {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
                 loop {
-                    // One request head at a time (bodiless GETs).
                     while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
                         match tcp.read(&mut chunk).await {
                             Ok(0) | Err(_) => return,
@@ -1890,30 +1920,46 @@ async fn a_client_that_leaves_does_not_cost_its_server_connection() {
                     let head = String::from_utf8_lossy(&buf[..end]).into_owned();
                     buf.drain(..end);
                     r.fetch_add(1, Ordering::SeqCst);
-                    if head.starts_with("GET /slow") {
-                        tokio::time::sleep(Duration::from_millis(300)).await;
-                    }
-                    let answer: &[u8] = if head.starts_with("GET /slow-chunked") {
-                        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\
-                          Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n\
-                          0\r\nX-Done: yes\r\n\r\n"
-                    } else {
-                        b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world"
-                    };
-                    if tcp.write_all(answer).await.is_err() {
-                        return;
+                    for (delay, part) in answer(&head) {
+                        tokio::time::sleep(delay).await;
+                        if tcp.write_all(&part).await.is_err() {
+                            return;
+                        }
                     }
                 }
             });
         }
     });
+    (server, accepted, received)
+}
+
+/// A client that leaves while its request is at an HTTP/1 server lets the answer finish on
+/// the server connection, which goes back to the pool for the next request instead of being
+/// closed (HAProxy's default too): one connection serves them all, whether the answer is
+/// framed by its length or chunked after an interim `100` (read to its last chunk and
+/// trailers before the connection is pooled).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_does_not_cost_its_server_connection() {
+    // Answers `/slow…` after 300 ms.
+    let (server, accepted, received) = head_server(|head| {
+        let slow = if head.starts_with("GET /slow") {
+            300
+        } else {
+            0
+        };
+        let answer: &[u8] = if head.starts_with("GET /slow-chunked") {
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\
+              Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n\
+              0\r\nX-Done: yes\r\n\r\n"
+        } else {
+            b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world"
+        };
+        vec![(Duration::from_millis(slow), answer.to_vec())]
+    })
+    .await;
     let text = format!("{}{}", group("g", "", &[(server, "")]), vs("g", ""));
     let (p, addr) = proxy_with(&text, 1).await;
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
+    let send = h2_client(addr).await;
     for (round, path) in ["/slow-length", "/slow-chunked"].into_iter().enumerate() {
         let before = received.load(Ordering::SeqCst);
         let mut s = send.clone().ready().await.unwrap();
@@ -1932,24 +1978,108 @@ async fn a_client_that_leaves_does_not_cost_its_server_connection() {
         // The client gives the request up while the server is still working on it.
         up.send_reset(h2::Reason::CANCEL);
         drop(answer);
-        until(&p, "the answer read and its connection pooled", |s| {
-            s.groups[0].servers[0].idle_connections == 1
-        })
-        .await;
-        let r = get(&client(), addr, "/next").await;
-        assert_eq!(
-            (r.status, &r.body[..]),
-            (200, &b"hello world"[..]),
-            "{path}"
-        );
-        let server = &p.snapshot().groups[0].servers[0];
-        assert_eq!(
-            (accepted.load(Ordering::SeqCst), server.connections_opened),
-            (1, 1),
-            "{path}: {server:?}"
-        );
-        assert_eq!(server.reused, 2 * round as u64 + 1, "{path}: {server:?}");
+        next_reuses_the_connection((&p, addr), &accepted, round as u64, path).await;
     }
+}
+
+/// A client that leaves while an answer's body is being relayed from an HTTP/1 server lets
+/// the rest be read off the server connection, which goes back to the pool: an HTTP/2 client
+/// resetting its stream and an HTTP/1 client closing its connection, each after the first
+/// part of a 64 KiB answer framed by its length or chunked with trailers — one server
+/// connection serves all eight requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_mid_answer_does_not_cost_its_server_connection() {
+    // Sends `/big…` in two parts 300 ms apart (the client leaves meanwhile: the behaviour
+    // under test).
+    let (server, accepted, _) = head_server(|head| {
+        let (first, rest): (Vec<u8>, Vec<u8>) = if head.starts_with("GET /big-length") {
+            let mut first = b"HTTP/1.1 200 OK\r\nContent-Length: 65536\r\n\r\n".to_vec();
+            first.extend_from_slice(&[b'a'; 16 << 10]);
+            (first, vec![b'b'; 48 << 10])
+        } else if head.starts_with("GET /huge") {
+            // 1 MiB announced, the first 16 KiB sent, the rest never.
+            let mut first = b"HTTP/1.1 200 OK\r\nContent-Length: 1048576\r\n\r\n".to_vec();
+            first.extend_from_slice(&[b'a'; 16 << 10]);
+            (first, Vec::new())
+        } else if head.starts_with("GET /big-chunked") {
+            let mut first =
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4000\r\n".to_vec();
+            first.extend_from_slice(&[b'a'; 16 << 10]);
+            first.extend_from_slice(b"\r\n");
+            let mut rest = b"c000\r\n".to_vec();
+            rest.extend_from_slice(&[b'b'; 48 << 10]);
+            rest.extend_from_slice(b"\r\n0\r\nX-Done: yes\r\n\r\n");
+            (first, rest)
+        } else {
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world".to_vec(),
+                Vec::new(),
+            )
+        };
+        let mut parts = vec![(Duration::ZERO, first)];
+        if !rest.is_empty() {
+            parts.push((Duration::from_millis(300), rest));
+        }
+        parts
+    })
+    .await;
+    let text = format!("{}{}", group("g", "", &[(server, "")]), vs("g", ""));
+    let (p, addr) = proxy_with(&text, 1).await;
+    let send = h2_client(addr).await;
+    let mut round = 0;
+    for path in ["/big-length", "/big-chunked"] {
+        for http2 in [true, false] {
+            let case = format!("{path} over HTTP/{}", if http2 { 2 } else { 1 });
+            if http2 {
+                let mut s = send.clone().ready().await.unwrap();
+                let req = http::Request::get(format!("http://{addr}{path}"))
+                    .body(())
+                    .unwrap();
+                let (answer, _) = s.send_request(req, true).unwrap();
+                let mut body = answer.await.unwrap().into_body();
+                let data = body.data().await.unwrap().unwrap();
+                assert!(
+                    !data.is_empty() && data.iter().all(|&b| b == b'a'),
+                    "{case}"
+                );
+                // The client gives the answer up: dropping its body resets the stream.
+                drop(body);
+            } else {
+                let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+                tcp.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+                    .await
+                    .unwrap();
+                let (mut got, mut chunk) = (Vec::new(), [0u8; 4096]);
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = tcp.read(&mut chunk).await.unwrap();
+                    assert!(n > 0, "{case}: closed before the answer's head");
+                    got.extend_from_slice(&chunk[..n]);
+                }
+                assert!(got.starts_with(b"HTTP/1.1 200"), "{case}");
+                // The client leaves with the answer half read.
+                drop(tcp);
+            }
+            next_reuses_the_connection((&p, addr), &accepted, round, &case).await;
+            round += 1;
+        }
+    }
+    // A rest longer than the drain's bound is not read: the connection is closed at once.
+    let mut s = send.clone().ready().await.unwrap();
+    let req = http::Request::get(format!("http://{addr}/huge"))
+        .body(())
+        .unwrap();
+    let (answer, _) = s.send_request(req, true).unwrap();
+    let mut body = answer.await.unwrap().into_body();
+    assert!(!body.data().await.unwrap().unwrap().is_empty());
+    drop(body);
+    until(&p, "the connection closed", |s| {
+        let server = &s.groups[0].servers[0];
+        server.idle_connections == 0 && server.active == 0
+    })
+    .await;
+    let r = get(&client(), addr, "/next").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -517,6 +517,9 @@ pub struct Exchange {
     pub started: Instant,
     /// The access log line's fields, if the virtual server logs.
     pub log: Option<LogLine>,
+    /// The client connection's count of answers read for clients that left
+    /// (`super::gone_client`); `None` where no client waits (a background revalidation).
+    pub awaited: Option<Arc<std::sync::atomic::AtomicUsize>>,
 }
 
 impl Exchange {
@@ -725,6 +728,21 @@ impl RespBody {
                     Poll::Ready(Some(Err(e.into())))
                 }
             };
+        }
+    }
+
+    /// The client left before the whole answer was relayed: the rest of an HTTP/1 server's
+    /// body is read off its connection by a task, which pools the connection again at its
+    /// end (`super::gone_client::drain_rest`), instead of the connection being closed.
+    fn leave_rest(&mut self) {
+        let (Inner::Upstream { conn, decoder }, Some(x)) = (&mut self.inner, &self.exchange) else {
+            return;
+        };
+        let (Some(lease), Some(awaited), true) = (&x.lease, &x.awaited, x.reusable) else {
+            return;
+        };
+        if let Some(c) = conn.take() {
+            super::gone_client::drain_rest(c, decoder.clone(), lease.server.clone(), awaited);
         }
     }
 
@@ -939,6 +957,9 @@ impl Drop for RespBody {
         // hyper drops a body it never polls (HEAD, 204, 304, an empty body) and one whose client
         // went away; only the first kind is complete.
         let complete = self.is_end_stream();
+        if !complete {
+            self.leave_rest();
+        }
         self.finish(complete);
     }
 }

@@ -4,7 +4,11 @@
 //! For an HTTP/2 server the stream is not reset (a reset per gone stream on the connection
 //! the worker shares with every client looks like rapid reset to the server:
 //! `super::upstream_h2`); for an HTTP/1 server the answer is read off the connection, which
-//! then goes back to the pool instead of being closed ([`drain_h1`]). Either way at most
+//! then goes back to the pool instead of being closed ([`drain_h1`]). A client that leaves
+//! while the body of an HTTP/1 server's answer is being relayed lets the rest be read the
+//! same way ([`drain_rest`]: at most [`DRAIN_BYTES`] of it, within [`REST_TIME`]), so a
+//! browser cancelling downloads or a player seeking does not cost a server connection each
+//! time (HAProxy and NGINX close it). Either way at most
 //! [`MAX_AWAITED`] answers are awaited for one client connection at a time, each until the
 //! group's response timeout and for at most [`DRAIN_BYTES`] of body; past them the exchange is
 //! given up at once (a reset, a closed connection). A client that opens requests and drops them
@@ -124,33 +128,71 @@ pub(super) async fn drain_h1(
         };
         let close = super::headers::strip_hop_by_hop(&mut head.headers)
             || head.version == http::Version::HTTP_10;
-        let mut decoder = codec::Decoder::new(framing);
-        let mut payload = 0;
-        loop {
-            match decoder.step(&c.buf) {
-                Ok(codec::Step::Data(n)) => {
-                    c.buf.advance(n);
-                    payload += n;
-                    if payload > DRAIN_BYTES {
-                        return false;
-                    }
-                }
-                Ok(codec::Step::Skip(n)) => c.buf.advance(n),
-                Ok(codec::Step::Done(n)) => {
-                    c.buf.advance(n);
-                    return !close;
-                }
-                Ok(codec::Step::NeedMore) => {
-                    c.buf.reserve(8192);
-                    if !matches!(c.stream.read_buf(&mut c.buf).await, Ok(n) if n > 0) {
-                        return false;
-                    }
-                }
-                Err(_) => return false,
-            }
-        }
+        read_rest(&mut c, codec::Decoder::new(framing), DRAIN_BYTES).await && !close
     };
     if tokio::time::timeout_at(deadline, read).await == Ok(true) {
         server.pool.checkin(c, headway_core::SystemClock::now());
+    }
+}
+
+/// How long the rest of an answer whose client left mid-body is read for ([`drain_rest`]).
+pub(super) const REST_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads the rest of an answer whose client left while its body was relayed, off `c` through
+/// `decoder` (where the relay stopped), and gives the connection back to `server`'s pool when
+/// it ended cleanly within [`DRAIN_BYTES`] and [`REST_TIME`]; a rest longer than that by its
+/// length closes the connection at once. Counted on `awaited`, with the answers awaited for
+/// the client connection's gone requests ([`MAX_AWAITED`]): past it the connection is closed.
+pub(super) fn drain_rest(
+    c: crate::upstream::Conn,
+    decoder: codec::Decoder,
+    server: Arc<ServerState>,
+    awaited: &Arc<AtomicUsize>,
+) {
+    if decoder.remaining().is_some_and(|n| n > DRAIN_BYTES as u64) {
+        return;
+    }
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let Some(awaiting) = Awaiting::take(awaited) else {
+        return;
+    };
+    rt.spawn(async move {
+        let _awaiting = awaiting;
+        let mut c = c;
+        let rest = read_rest(&mut c, decoder, DRAIN_BYTES);
+        if tokio::time::timeout(REST_TIME, rest).await == Ok(true) {
+            server.pool.checkin(c, headway_core::SystemClock::now());
+        }
+    });
+}
+
+/// Reads and drops a body off `c` through `decoder` (its framing, trailers included) until
+/// its end; whether it ended cleanly within `max` bytes of payload.
+async fn read_rest(c: &mut crate::upstream::Conn, mut decoder: codec::Decoder, max: usize) -> bool {
+    let mut payload = 0;
+    loop {
+        match decoder.step(&c.buf) {
+            Ok(codec::Step::Data(n)) => {
+                c.buf.advance(n);
+                payload += n;
+                if payload > max {
+                    return false;
+                }
+            }
+            Ok(codec::Step::Skip(n)) => c.buf.advance(n),
+            Ok(codec::Step::Done(n)) => {
+                c.buf.advance(n);
+                return true;
+            }
+            Ok(codec::Step::NeedMore) => {
+                c.buf.reserve(8192);
+                if !matches!(c.stream.read_buf(&mut c.buf).await, Ok(n) if n > 0) {
+                    return false;
+                }
+            }
+            Err(_) => return false,
+        }
     }
 }

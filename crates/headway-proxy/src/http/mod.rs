@@ -742,8 +742,8 @@ struct Conn {
     /// not happen, and the framing check stopped at it (what follows such a request may be
     /// another protocol), so no request after it is read.
     close_after: AtomicBool,
-    /// Answers to this connection's requests still awaited from HTTP/2 servers after the
-    /// client gave them up (see [`upstream_h2`]).
+    /// Answers to this connection's requests still awaited or read after the client gave
+    /// them up (see [`gone_client`]).
     awaited: Arc<std::sync::atomic::AtomicUsize>,
 }
 
@@ -1488,6 +1488,7 @@ async fn phases(
                 activity: conn.activity.clone(),
                 started,
                 log,
+                awaited: Some(conn.awaited.clone()),
             };
             // (Only HTTP/1 servers are asked for upgrades.)
             let source = match (switched, source) {
@@ -1633,6 +1634,7 @@ impl Background {
             activity,
             started: SystemClock::now(),
             log: None,
+            awaited: None,
         };
         RespBody::server(self.up.source, exchange)
     }
