@@ -118,8 +118,8 @@ pub struct ServerGroupSection {
     /// away untouched is sent again, up to 8 times and whatever `retries` says: a kept-alive
     /// connection found closed before a byte was written, and for `protocol = "h2"` a stream
     /// the server did not take (refused, or past its graceful GOAWAY, as NGINX closes a
-    /// connection every 1,000 requests), any method, with a body of up to 64 KiB (read whole
-    /// first). Default: 2.
+    /// connection every 1,000 requests), any method, with its body (what was sent of it is
+    /// kept, up to 1 MiB, until the server's answer shows it took the stream). Default: 2.
     pub retries: Option<Spanned<u32>>,
     /// Answers that send a request to another server, within `retries`: a server restarting
     /// or overloaded that says so (`[502, 503, 504]`), 400–599. Only requests without a body

@@ -46,9 +46,9 @@ pub enum ReqBody {
     Client(ClientBody),
     /// An HTTP/2 client's stream (`crate::http::h2_server`).
     H2(H2Recv),
-    /// A body read whole before it was sent: a small one to HTTP/2 servers, kept so that a
-    /// stream the server did not take can be sent again ([`Whole`]).
-    Whole(Whole),
+    /// A body to HTTP/2 servers, kept as it is sent so that a stream the server did not take
+    /// can be sent again ([`super::replay`]).
+    Replay(super::replay::Replay),
 }
 
 /// An HTTP/1 client's body as hyper reads it, which asks for a lingering close of its
@@ -82,29 +82,6 @@ impl Drop for ClientBody {
     }
 }
 
-/// A request body read to its end, its trailers too; sent from a copy, so that it can be sent
-/// again.
-#[derive(Debug, Clone, Default)]
-pub struct Whole {
-    data: Option<Bytes>,
-    trailers: Option<http::HeaderMap>,
-}
-
-impl Whole {
-    /// Reads `body` to its end.
-    pub async fn read(body: ReqBody) -> Result<Self, ReqBodyError> {
-        let c = http_body_util::BodyExt::collect(body).await?;
-        let trailers = c.trailers().cloned();
-        let data = Some(c.to_bytes()).filter(|d| !d.is_empty());
-        Ok(Whole { data, trailers })
-    }
-
-    /// How many data bytes it has.
-    pub fn data_len(&self) -> u64 {
-        self.data.as_ref().map_or(0, |d| d.len() as u64)
-    }
-}
-
 /// Why a client's request body could not be read to its end.
 pub type ReqBodyError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -120,10 +97,7 @@ impl Body for ReqBody {
             ReqBody::Empty => Poll::Ready(None),
             ReqBody::Client(b) => Pin::new(&mut b.inner).poll_frame(cx).map_err(Into::into),
             ReqBody::H2(b) => b.poll_frame(cx).map_err(Into::into),
-            ReqBody::Whole(w) => Poll::Ready(match w.data.take() {
-                Some(d) => Some(Ok(Frame::data(d))),
-                None => w.trailers.take().map(|t| Ok(Frame::trailers(t))),
-            }),
+            ReqBody::Replay(r) => r.poll_frame(cx),
         }
     }
 
@@ -132,7 +106,7 @@ impl Body for ReqBody {
             ReqBody::Empty => true,
             ReqBody::Client(b) => b.inner.is_end_stream(),
             ReqBody::H2(b) => b.is_end_stream(),
-            ReqBody::Whole(w) => w.data.is_none() && w.trailers.is_none(),
+            ReqBody::Replay(r) => r.is_end_stream(),
         }
     }
 
@@ -145,7 +119,9 @@ impl Body for ReqBody {
             ReqBody::H2(b) => b
                 .remaining()
                 .map_or_else(SizeHint::default, SizeHint::with_exact),
-            ReqBody::Whole(w) => SizeHint::with_exact(w.data_len()),
+            ReqBody::Replay(r) => r
+                .length()
+                .map_or_else(SizeHint::default, SizeHint::with_exact),
         }
     }
 }

@@ -52,6 +52,7 @@ mod h2_server;
 pub mod headers;
 pub mod mirror;
 pub mod rate_limit;
+mod replay;
 pub mod request_id;
 pub mod rewind;
 pub mod route;
@@ -1786,20 +1787,13 @@ async fn upstream(
     let hash_key = hash_key(cfg, target, fields);
     let replayable = idempotent(&parts.method) && framing == codec::RequestFraming::Empty;
     let mut body = body;
-    // A small body to an HTTP/2 server is read whole first, so that a stream the server does
-    // not take (refused, or past a graceful GOAWAY) is sent again with it instead of failing.
+    // A body to an HTTP/2 server is kept as it is sent, so that a stream the server does not
+    // take (refused, or past a graceful GOAWAY) is sent again with it instead of failing.
     if h2_request.is_some() {
-        if let codec::RequestFraming::Length(n @ 1..=upstream_h2::WHOLE_BYTES) = framing {
-            if let Some(b) = body.take() {
-                match body::Whole::read(b).await {
-                    Ok(w) if w.data_len() == n => body = Some(ReqBody::Whole(w)),
-                    _ => {
-                        let (status, why) = BodyError::Client.answer();
-                        return Flow::Respond(local(status, why, true));
-                    }
-                }
-            }
-        }
+        body = body.map(|b| match b {
+            ReqBody::Empty => ReqBody::Empty,
+            b => ReqBody::Replay(replay::Replay::new(b)),
+        });
     }
     // The answer if every try fails: the last try's.
     let mut last: (StatusCode, &str);

@@ -15,8 +15,8 @@
 //! Retry classes, as for HTTP/1: a request the connection took no part of (it had closed),
 //! or one the server did not take — refused unprocessed (`REFUSED_STREAM`, RFC 9113 §8.7) or
 //! past the last stream of a graceful GOAWAY (§6.8) — whose body can be sent again (none, or
-//! one of up to [`WHOLE_BYTES`] read whole first), is [`Attempt::Untaken`]; a stream that
-//! failed after being sent is [`Attempt::NoResponse`].
+//! one whose sent part is still kept, [`super::replay`]), is [`Attempt::Untaken`]; a stream
+//! that failed after being sent is [`Attempt::NoResponse`].
 
 use std::sync::atomic::AtomicUsize;
 
@@ -30,10 +30,6 @@ use super::Attempt;
 use crate::group::ServerState;
 use crate::stats::VirtualServerCounters;
 use crate::upstream::h2::Stream;
-
-/// The largest request body read whole before it is sent to an HTTP/2 server (see
-/// [`super::body::Whole`]): larger ones stream, and a stream the server does not take fails.
-pub(super) const WHOLE_BYTES: u64 = 64 << 10;
 
 /// A request as it goes to HTTP/2 servers, built once for all attempts.
 pub(super) struct H2Request {
@@ -217,14 +213,32 @@ pub(super) async fn exchange(
     let sent_at = headway_core::SystemClock::now();
     let deadline = tokio::time::Instant::from_std(sent_at) + cfg.response_timeout;
     let bodiless = body.as_ref().is_none_or(|b| b.is_end_stream());
-    let resendable = bodiless || matches!(body, Some(ReqBody::Whole(_)));
+    // This attempt's reader of the body: from its first byte (a body kept as it is sent),
+    // or the body itself.
+    let inner = match body {
+        _ if bodiless => None,
+        Some(ReqBody::Replay(r)) => match r.again() {
+            Some(again) => Some(ReqBody::Replay(again)),
+            None => {
+                return Err(Attempt::Fail(
+                    StatusCode::BAD_GATEWAY,
+                    "the request body could not be sent again",
+                ))
+            }
+        },
+        _ => body.take(),
+    };
+    // Whether the body can still be sent again from its first byte, once this try failed.
+    let resendable = |body: &Option<ReqBody>| {
+        bodiless || matches!(body, Some(ReqBody::Replay(r)) if r.resendable())
+    };
     // A stream is opened once the server's concurrency limit allows one.
     let mut send = match tokio::time::timeout_at(deadline, send.into_inner().ready()).await {
         Ok(Ok(s)) => s,
         Ok(Err(_)) => return Err(closed()),
         Err(_) => return Err(timed_out()),
     };
-    let length = body.as_ref().and_then(|b| b.size_hint().exact());
+    let length = inner.as_ref().and_then(|b| b.size_hint().exact());
     let (answer, stream) = match send.send_request(req.to_request(length), bodiless) {
         Ok(sent) => sent,
         Err(e) if e.is_io() || e.is_go_away() || e.is_remote() => return Err(closed()),
@@ -236,21 +250,16 @@ pub(super) async fn exchange(
             ));
         }
     };
-    let fault = if bodiless {
-        drop(stream);
-        None
-    } else {
-        // A body read whole is sent from a copy (another attempt may send it again).
-        let inner = match body {
-            Some(ReqBody::Whole(w)) => ReqBody::Whole(w.clone()),
-            _ => body.take().unwrap_or(ReqBody::Empty),
-        };
+    let fault = if let Some(inner) = inner {
         let sent_body = H2Body::new(inner, max_body, Some((vs_counters.clone(), server.clone())));
         let fault = sent_body.fault_cell();
         // A body that fails (the client's, or one past the limit: `H2Body` says which) resets
         // the stream, so the answer fails too.
         tokio::spawn(super::h2_pipe::pipe(sent_body, stream, h2::Reason::CANCEL));
         Some(fault)
+    } else {
+        drop(stream);
+        None
     };
     let mut answer = Awaited::new(answer, deadline, place, awaited);
     let waited = tokio::time::timeout_at(deadline, &mut answer).await;
@@ -276,7 +285,7 @@ pub(super) async fn exchange(
                 None
             };
             if let Some(why) = untaken {
-                return Err(if resendable {
+                return Err(if resendable(body) {
                     Attempt::Untaken(StatusCode::BAD_GATEWAY, why)
                 } else {
                     Attempt::NoResponse(StatusCode::BAD_GATEWAY, why)
@@ -291,6 +300,10 @@ pub(super) async fn exchange(
         }
         Err(_) => return Err(timed_out()),
     };
+    // Taken: what is kept of the body for sending again is let go.
+    if let Some(ReqBody::Replay(r)) = body {
+        r.taken();
+    }
     crate::group::passive_outcome(server, cfg, true);
     let rt = headway_core::SystemClock::now().saturating_duration_since(sent_at);
     server.counters.latency.record(rt);

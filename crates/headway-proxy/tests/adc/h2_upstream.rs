@@ -551,8 +551,10 @@ async fn requests_a_server_did_not_take_before_its_goaway_are_sent_again() {
         tasks.push(tokio::spawn(async move {
             let mut statuses = Vec::new();
             for j in 0..25 {
+                // Small bodies and ones of 300 KB, more than NGINX's window (64 KiB): part
+                // of it is on its way when the stream turns out not taken.
                 let (method, body) = if (i + j) % 2 == 0 {
-                    ("POST", vec![b'x'; 2000])
+                    ("POST", vec![b'x'; if j % 4 == 0 { 300_000 } else { 2000 }])
                 } else {
                     ("GET", Vec::new())
                 };
@@ -657,5 +659,102 @@ async fn an_answer_before_the_body_then_a_no_error_reset_reaches_the_client_whol
         let body = r.into_body().collect().await;
         let body = body.unwrap_or_else(|e| panic!("round {round}: HTTP/2 client: {e:?}"));
         assert_eq!(&body.to_bytes()[..], b"early answer");
+    }
+}
+
+/// A stream refused after the server had read part of its body (`REFUSED_STREAM`: not
+/// processed, RFC 9113 §8.7) is sent again from its first byte: a 3 MB upload, far more than
+/// what is on its way when the refusal comes, reaches the server whole, from HTTP/1 and HTTP/2
+/// clients, with and without a length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_on_a_refused_stream_is_sent_again_from_its_first_byte() {
+    // A server that refuses every other stream once it has read 32 KiB of it (each case's
+    // first try), and answers the others with the length of their body and whether every
+    // byte is where the test's pattern puts it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = listener.local_addr().unwrap();
+    let streams = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let streams = streams.clone();
+            tokio::spawn(async move {
+                let mut conn = h2::server::handshake(tcp).await.unwrap();
+                while let Some(Ok((req, mut respond))) = conn.accept().await {
+                    let refuse = streams.fetch_add(1, std::sync::atomic::Ordering::SeqCst) % 2 == 0;
+                    tokio::spawn(async move {
+                        let mut body = req.into_body();
+                        let (mut n, mut in_place) = (0usize, true);
+                        while let Some(Ok(d)) = body.data().await {
+                            let _ = body.flow_control().release_capacity(d.len());
+                            in_place &= d.iter().enumerate().all(|(i, &b)| b == pattern(n + i));
+                            n += d.len();
+                            if refuse && n >= 32 << 10 {
+                                respond.send_reset(h2::Reason::REFUSED_STREAM);
+                                return;
+                            }
+                        }
+                        let mut out = respond
+                            .send_response(http::Response::new(()), false)
+                            .unwrap();
+                        let answer = format!("{n} {in_place}");
+                        out.send_data(Bytes::from(answer), true).unwrap();
+                    });
+                }
+            });
+        }
+    });
+    fn pattern(i: usize) -> u8 {
+        (i % 251) as u8
+    }
+    let text = format!(
+        "{}{}",
+        group("g", "protocol = \"h2\"\nretries = 0", &[(server, "")]),
+        vs("g", "")
+    );
+    let (p, addr) = proxy_with(&text, 1).await;
+    let up: Vec<u8> = (0..3_000_000).map(pattern).collect();
+    let up = Bytes::from(up);
+    // In 64 KiB pieces without a length (chunked from an HTTP/1 client).
+    let unsized_body = |b: &Bytes| {
+        let frames: Vec<_> = b
+            .chunks(64 << 10)
+            .map(|c| Ok::<_, std::convert::Infallible>(Frame::data(Bytes::copy_from_slice(c))))
+            .collect();
+        BodyExt::boxed(StreamBody::new(futures_util::stream::iter(frames)))
+    };
+    let mut resent = 0;
+    for (case, http2, sized) in [
+        ("HTTP/1, a length", false, true),
+        ("HTTP/1, chunked", false, false),
+        ("HTTP/2, a length", true, true),
+        ("HTTP/2, no length", true, false),
+    ] {
+        let body = if sized {
+            BodyExt::boxed(Full::new(up.clone()))
+        } else {
+            unsized_body(&up)
+        };
+        let req = Request::post(format!("http://{addr}/upload"))
+            .body(body)
+            .unwrap();
+        let r = if http2 {
+            h2_client().request(req).await.unwrap()
+        } else {
+            Client::builder(TokioExecutor::new())
+                .build_http()
+                .request(req)
+                .await
+                .unwrap()
+        };
+        let status = r.status();
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(
+            (status.as_u16(), String::from_utf8_lossy(&body).into_owned()),
+            (200, "3000000 true".to_string()),
+            "{case}"
+        );
+        let sv = &p.snapshot().groups[0].servers[0];
+        resent += 1;
+        assert_eq!(sv.resent, resent, "{case}: {sv:?}");
     }
 }
