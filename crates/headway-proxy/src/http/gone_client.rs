@@ -144,7 +144,7 @@ pub(super) const REST_TIME: std::time::Duration = std::time::Duration::from_secs
 /// length closes the connection at once. Counted on `awaited`, with the answers awaited for
 /// the client connection's gone requests ([`MAX_AWAITED`]): past it the connection is closed.
 pub(super) fn drain_rest(
-    c: crate::upstream::Conn,
+    mut c: crate::upstream::Conn,
     decoder: codec::Decoder,
     server: Arc<ServerState>,
     awaited: &Arc<AtomicUsize>,
@@ -160,7 +160,6 @@ pub(super) fn drain_rest(
     };
     rt.spawn(async move {
         let _awaiting = awaiting;
-        let mut c = c;
         let rest = read_rest(&mut c, decoder, DRAIN_BYTES);
         if tokio::time::timeout(REST_TIME, rest).await == Ok(true) {
             server.pool.checkin(c, headway_core::SystemClock::now());
