@@ -17,7 +17,7 @@
 //! | `wanopt_flows_total` | `peer`, `class`, `outcome` = `optimized` / `failed` / `passed_through`, `reason` (`""` unless passed through) |
 //! | `wanopt_store_bytes`, `wanopt_store_capacity_bytes`, `wanopt_store_chunks`, `wanopt_store_hit_ratio` | `store` = `memory` / `disk` |
 //! | `wanopt_tunnel_connections_total`, `wanopt_tunnel_refused_total`, `wanopt_tunnel_peers_ready`, `wanopt_tunnel_packets_sent_total`, `wanopt_tunnel_packets_lost_total` | none |
-//! | `wanopt_tunnel_fec_windows_total`, `wanopt_tunnel_fec_skipped_total`, `wanopt_tunnel_fec_repair_sent_total`, `wanopt_tunnel_fec_repair_received_total`, `wanopt_tunnel_fec_recovered_total`, `wanopt_tunnel_fec_unrecoverable_total`, `wanopt_tunnel_fec_probes_sent_total`, `wanopt_tunnel_fec_probes_received_total` | none |
+//! | `wanopt_tunnel_fec_windows_total`, `wanopt_tunnel_fec_skipped_total`, `wanopt_tunnel_fec_repair_sent_total`, `wanopt_tunnel_fec_repair_received_total`, `wanopt_tunnel_fec_recovered_total`, `wanopt_tunnel_fec_unrecoverable_total`, `wanopt_tunnel_fec_held_total`, `wanopt_tunnel_fec_holes_given_up_total`, `wanopt_tunnel_fec_probes_sent_total`, `wanopt_tunnel_fec_probes_received_total` | none |
 //! | `wanopt_tunnel_cc_delay_decreases_total`, `wanopt_tunnel_cc_loss_decreases_total`, `wanopt_tunnel_cc_persistent_congestion_total`, `wanopt_tunnel_cc_recoveries_total` | none |
 //! | `wanopt_path_loss_ratio` (0 to 1; absent until measured) | `peer`, `direction` = `out` (what this side sends, as the peer measured it) / `in` |
 
@@ -202,6 +202,14 @@ pub struct WanoptTunnel {
     /// (QUIC retransmitted those datagrams).
     #[serde(default)]
     pub fec_unrecoverable: u64,
+    /// Forward error correction: datagrams held back behind a missing datagram of a long
+    /// block until it was restored (or given up).
+    #[serde(default)]
+    pub fec_held: u64,
+    /// Forward error correction: missing datagrams of long blocks given up on (QUIC
+    /// retransmitted them).
+    #[serde(default)]
+    pub fec_holes_given_up: u64,
     /// Forward error correction: probes sent (the start-up train that measures a new path,
     /// then one per 100 ms while the tunnel is idle).
     #[serde(default)]
@@ -375,6 +383,16 @@ impl Collector for WanoptCollector {
                 "wanopt_tunnel_fec_unrecoverable",
                 "FEC windows that lost more datagrams than their repair restored",
                 s.tunnel.fec_unrecoverable,
+            ),
+            (
+                "wanopt_tunnel_fec_held",
+                "Tunnel datagrams held back behind a missing datagram of a long FEC block",
+                s.tunnel.fec_held,
+            ),
+            (
+                "wanopt_tunnel_fec_holes_given_up",
+                "Missing datagrams of long FEC blocks given up on",
+                s.tunnel.fec_holes_given_up,
             ),
             (
                 "wanopt_tunnel_fec_probes_sent",
@@ -585,7 +603,8 @@ pub fn write_stats(out: &mut dyn Write, s: &WanoptStats) -> std::io::Result<()> 
          {} packet(s) sent, {} declared lost\n\
          fec: {} window(s) repaired, {} block(s) far from a transfer's end let go, \
          {} repair datagram(s) sent, {} received, {} datagram(s) restored, {} window(s) \
-         beyond repair, {} probe(s) sent, {} received\n\
+         beyond repair, {} datagram(s) held back behind a missing one ({} given up), \
+         {} probe(s) sent, {} received\n\
          congestion control: {} decrease(s) for queueing delay, {} for clustered loss, \
          {} persistent congestion, {} recovery step(s)",
         s.tunnel.connections,
@@ -601,6 +620,8 @@ pub fn write_stats(out: &mut dyn Write, s: &WanoptStats) -> std::io::Result<()> 
         s.tunnel.fec_repair_received,
         s.tunnel.fec_recovered,
         s.tunnel.fec_unrecoverable,
+        s.tunnel.fec_held,
+        s.tunnel.fec_holes_given_up,
         s.tunnel.fec_probes_sent,
         s.tunnel.fec_probes_received,
         s.tunnel.cc_delay_decreases,

@@ -63,6 +63,34 @@
 //! (it is sent beside the transport's pacing): its cost is `r / (block + r)` of the link while
 //! repaired data flows, about 3 % at 0.1 % loss and 5 % at 1 % for a block of 112.
 //!
+//! # Long blocks: the receiver holds back
+//!
+//! Short blocks need much more repair than the loss rate, and a transfer shorter than a round
+//! trip is all tail: at 44 Mbit/s, 300 ms and 5 % loss, a 1 MB file's eight blocks of 112 took
+//! 138 repair datagrams for 874 (16 %), and its goodput was 0.87 of the target. One block of
+//! all of it needs about 9 % for the same chance of falling short. What bounds a block is
+//! only QUIC's duplicate window: a restored datagram must reach QUIC before anything
+//! [`HOLD_REACH`] ahead of it. So the receiver keeps that true itself: it notes each datagram
+//! missing from a run of [`Kind::Held`] datagrams (a *hole*) and holds back every datagram at
+//! least [`HOLD_REACH`] ahead of the oldest hole, in order, until the hole is restored — each
+//! restored datagram is then handed on in its place among the held ones — or given up: after
+//! [`PathParams::hold`], when a later window's repair comes without its own, or when a
+//! datagram of a window that is no long block comes (its repair went out before it).
+//!
+//! Holding delays acknowledgements, which would stall a sender that still has data to send,
+//! so the sender makes a window long only when the rest of the transfer goes out within a
+//! round trip, before it needs any of them: at its first datagram, between nothing and
+//! [`PathParams::long_tail`] ([`LONG_TAIL_SHARE`] of the bandwidth-delay product) is unsent.
+//! Such a window closes at [`PathParams::long_block`] datagrams ([`LONG_SHARE`] of the
+//! bandwidth-delay product, so that its repair comes well within [`PathParams::hold`]) or
+//! when the burst ends, and is always repaired: the receiver may be waiting for it.
+//! (A long window of acknowledgements — one the application's last request opened — closes
+//! at [`PathParams::block`] like any.) The sender makes long windows only for a peer whose
+//! probes carry the flag that it holds back (a byte after the probe's header, which older
+//! receivers ignore), and a receiver holds back only with a non-zero [`PathParams::hold`].
+//! Data delivered to QUIC late costs nothing: a stream cannot deliver bytes past a hole
+//! anyway, and the sender has nothing left to send that the acknowledgements would release.
+//!
 //! # Measuring a path before data flows
 //!
 //! All of this hangs on the loss the receiver measured, and a tunnel that just came up has
@@ -97,15 +125,20 @@
 //!            handle_sent(now, dest) once they went out, then drain poll_transmit() and send
 //!   receive: handle_recv(now, src, datagram) ─▶ Received::Data { offset } → deliver datagram[offset..]
 //!                                               Received::Plain → deliver datagram as it is
-//!            then drain poll_recovered() and deliver those too
-//!   timer:   at poll_timeout(): handle_timeout(now), then drain poll_transmit() and send
+//!                                               Received::Held → deliver nothing now
+//!            then drain poll_recovered() and deliver those too, after the ones above
+//!   timer:   at poll_timeout(): handle_timeout(now), then drain poll_transmit() and send,
+//!            and drain poll_recovered() (held datagrams a hold's end released)
 //! ```
 //!
 //! # Invariants
 //!
 //! - Memory is bounded: per peer at most [`Config::max_window`] kept datagrams on each side, a
-//!   few pending repair windows, and at most [`Config::max_peers`] peers (the least recently
+//!   few pending repair windows, at most 1.5 × [`Config::max_window`] datagrams held back
+//!   behind at most 512 holes, and at most [`Config::max_peers`] peers (the least recently
 //!   active is forgotten first).
+//! - A datagram is handed on once, whether directly, restored or after being held back;
+//!   no hole holds datagrams back for longer than [`PathParams::hold`].
 //! - A restored datagram is exactly one the peer sent, or — when shards were forged or
 //!   mismatched — bytes QUIC's packet protection rejects; nothing is decided on its content.
 //! - A datagram without an FEC kind byte passes through untouched ([`Received::Plain`]), so an
@@ -133,6 +166,24 @@ pub const MAX_KEPT: usize = 16 * 1024;
 /// reach of QUIC's duplicate window and packet-number decoding (128 packets; see the crate
 /// doc), with room for the repair itself and a send batch of slack.
 pub const MAX_BLOCK: usize = 112;
+/// How far behind the newest datagram QUIC was handed a restored one may be and still be
+/// accepted: a receiver holds datagrams this far ahead of a missing datagram of a long block
+/// back (see the crate doc: long blocks).
+pub const HOLD_REACH: u32 = MAX_BLOCK as u32;
+/// A transfer's last block may cover up to this share of the bandwidth-delay product when
+/// the receiver holds back for it (see the crate doc: long blocks).
+pub const LONG_SHARE: f64 = 0.6;
+/// Long blocks are used only for the last this share of the bandwidth-delay product of a
+/// transfer (see [`PathParams::long_tail`]).
+pub const LONG_TAIL_SHARE: f64 = 0.9;
+/// The most datagrams a long block covers.
+pub const MAX_LONG_BLOCK: usize = 1536;
+/// Most missing datagrams a receiver waits for per peer (a larger gap is a loss burst no
+/// repair covers, or a restart).
+const MAX_HOLES: usize = 512;
+/// The flag a probe's byte after the header carries when its sender holds back for long
+/// blocks (older receivers ignore a probe's body).
+const PROBE_HOLDS: u8 = 1;
 /// Blocks grow past a quarter of the bandwidth-delay product towards half of it up to this
 /// many datagrams (see the crate doc: slow links).
 pub const SLOW_BLOCK: usize = 64;
@@ -259,6 +310,16 @@ pub struct PathParams {
     /// The path's round-trip time: a block whose repair falls short waits for the
     /// transport's retransmission, about [`FAILURE_RTTS`] of it.
     pub rtt: Duration,
+    /// The most datagrams of a transfer's last block, when the peer holds back for it (see
+    /// the crate doc: long blocks); zero, or not above [`PathParams::block`]: no long blocks.
+    pub long_block: usize,
+    /// A window is a long block only when at most this many bytes the application wrote are
+    /// unsent at its first datagram: the rest of the transfer then goes out within a round
+    /// trip, before any acknowledgement a receiver holds back could be needed.
+    pub long_tail: u64,
+    /// How long this side holds datagrams from the peer back behind a missing datagram of a
+    /// long block; zero: it does not, and its probes do not say it does.
+    pub hold: Duration,
 }
 
 impl PathParams {
@@ -269,7 +330,10 @@ impl PathParams {
     /// the block reaches [`MIN_BLOCK`]; an idle gap of 1.5 × the time to send a pacing burst of
     /// 10 full packets plus 1 ms (at least 2 ms); a span of 1.5 × RTT plus the gap; a tail of
     /// 1.5 × the bandwidth-delay product; probes on protected paths, the train paced to
-    /// [`PROBE_TRAIN_SHARE`] of the rate (at most one per [`MIN_PROBE_GAP`]).
+    /// [`PROBE_TRAIN_SHARE`] of the rate (at most one per [`MIN_PROBE_GAP`]); long blocks of
+    /// [`LONG_SHARE`] of the bandwidth-delay product (at most [`MAX_LONG_BLOCK`]) where that
+    /// is longer than a block, for the last [`LONG_TAIL_SHARE`] of it, and a hold of one
+    /// RTT, on paths with blocks.
     pub fn for_link(rate_bps: u64, rtt: Duration) -> Self {
         const PACKET_BITS: f64 = 1500.0 * 8.0;
         let rate = rate_bps.max(8_000) as f64;
@@ -280,6 +344,7 @@ impl PathParams {
         let quarter = (bdp_packets / 4.0) as usize;
         let half = (bdp_packets / 2.0) as usize;
         let block = quarter.max(half.min(SLOW_BLOCK)).min(MAX_BLOCK);
+        let long_block = ((bdp_packets * LONG_SHARE) as usize).min(MAX_LONG_BLOCK);
         let protect = rate_bps <= 1_000_000_000;
         // A probe on the wire: its header and the UDP and IPv4 headers.
         let probe_bits = ((Header::LEN + 28) * 8) as f64;
@@ -295,6 +360,17 @@ impl PathParams {
             probe_gap: protect.then_some(probe_gap),
             packet_time: Duration::from_secs_f64(PACKET_BITS / rate),
             rtt,
+            long_block: if long_block > block && protect && block >= MIN_BLOCK {
+                long_block
+            } else {
+                0
+            },
+            long_tail: (bdp_packets * LONG_TAIL_SHARE * PACKET_BITS / 8.0) as u64,
+            hold: if protect && block >= MIN_BLOCK {
+                rtt
+            } else {
+                Duration::ZERO
+            },
         }
     }
 }
@@ -313,6 +389,10 @@ pub enum Received {
     Repair,
     /// A probe, consumed (counted by the loss measurement).
     Probe,
+    /// A data datagram held back behind a missing one of a long block, or behind restored
+    /// datagrams not yet taken: it comes out of [`Fec::poll_recovered`], after the missing
+    /// one if that is restored in time.
+    Held,
     /// A malformed FEC datagram: drop it.
     Invalid,
 }
@@ -346,6 +426,11 @@ pub struct Stats {
     pub probes_sent: u64,
     /// Probes received.
     pub probes_received: u64,
+    /// Data datagrams held back behind a missing datagram of a long block.
+    pub held: u64,
+    /// Missing datagrams of long blocks given up on after [`PathParams::hold`] or when a
+    /// later window's repair came without theirs.
+    pub holes_given_up: u64,
 }
 
 /// A datagram kept by the sender.
@@ -400,12 +485,23 @@ struct Peer {
     fresh: bool,
     /// The peer's measurement of the loss of what we send it.
     reported: LossReport,
+    /// The peer's probes say it holds back for long blocks.
+    peer_holds: bool,
+    /// The open window is a long block (its datagrams are [`Kind::Held`]).
+    long: bool,
     // Receiving from the peer.
     loss: LossEstimator,
     kept: HashMap<u32, Vec<u8>>,
     kept_order: VecDeque<u32>,
     pending: VecDeque<Pending>,
     done: VecDeque<(u32, u16)>,
+    /// Missing datagrams of the peer's long blocks still waited for, oldest first, with when
+    /// they were found missing.
+    holes: VecDeque<(u32, Instant)>,
+    /// The newest numbered datagram received (data or probe).
+    newest: Option<u32>,
+    /// Datagram payloads held back behind the oldest hole, in arrival order.
+    held: VecDeque<(u32, Vec<u8>)>,
 }
 
 impl Peer {
@@ -427,11 +523,16 @@ impl Peer {
             sent: 0,
             fresh: false,
             reported: LossReport::UNKNOWN,
+            peer_holds: false,
+            long: false,
             loss: LossEstimator::new(),
             kept: HashMap::new(),
             kept_order: VecDeque::new(),
             pending: VecDeque::new(),
             done: VecDeque::new(),
+            holes: VecDeque::new(),
+            newest: None,
+            held: VecDeque::new(),
         }
     }
 
@@ -450,6 +551,12 @@ impl Peer {
         let at = self.next_probe?;
         let heard = self.heard?;
         (self.configured && self.window.is_empty() && at <= heard + PROBE_ALIVE).then_some(at)
+    }
+
+    /// Whether the open window's datagrams went out as [`Kind::Held`]: the peer may be
+    /// holding datagrams back for its repair, which must come.
+    fn holds_back(&self) -> bool {
+        self.long && !self.window.is_empty()
     }
 
     /// When the open burst counts as ended (see [`EXCHANGE_GAP`]), if a window is open.
@@ -471,6 +578,7 @@ impl Peer {
 
     fn clear_window(&mut self) {
         self.fresh = false;
+        self.long = false;
         self.window.clear();
         self.window_bytes = 0;
         self.window_first = self.next_seq;
@@ -512,7 +620,106 @@ impl Peer {
         self.kept_order.clear();
         self.pending.clear();
         self.done.clear();
+        self.holes.clear();
+        self.newest = None;
+        self.held.clear();
     }
+
+    /// Notes a numbered datagram from the peer for the holes of its long blocks: one that was
+    /// missing has come after all, and a [`Kind::Held`] one past a gap makes the gap's
+    /// datagrams holes. (The gap's first datagrams may have been the end of the window before,
+    /// or a probe: such a hole is given up when the long block's repair comes.)
+    fn note_arrival(&mut self, now: Instant, seq: u32, held: bool) {
+        if let Some(i) = self.holes.iter().position(|(s, _)| *s == seq) {
+            self.holes.remove(i);
+            return;
+        }
+        let Some(last) = self.newest else {
+            self.newest = Some(seq);
+            return;
+        };
+        let ahead = seq.wrapping_sub(last);
+        if ahead == 0 || ahead >= 1 << 31 {
+            return;
+        }
+        if held && ahead as usize <= MAX_HOLES {
+            for i in 1..ahead {
+                if self.holes.len() >= MAX_HOLES {
+                    self.holes.pop_front();
+                }
+                self.holes.push_back((last.wrapping_add(i), now));
+            }
+        }
+        self.newest = Some(seq);
+    }
+
+    /// Whether a datagram numbered `seq` must wait behind the oldest hole: what is already
+    /// waiting does (the order is kept), and so does one at least [`HOLD_REACH`] ahead of it.
+    fn must_hold(&self, seq: u32) -> bool {
+        !self.params.hold.is_zero() && (!self.held.is_empty() || self.beyond_reach(seq))
+    }
+
+    /// Whether QUIC, handed a datagram numbered `seq`, would no longer accept the oldest hole.
+    fn beyond_reach(&self, seq: u32) -> bool {
+        self.holes
+            .front()
+            .is_some_and(|(m, _)| (HOLD_REACH..1 << 31).contains(&seq.wrapping_sub(*m)))
+    }
+
+    /// When the oldest hole is given up on, while datagrams wait behind it.
+    fn hold_end(&self) -> Option<Instant> {
+        if self.held.is_empty() {
+            return None;
+        }
+        self.holes.front().map(|(_, at)| *at + self.params.hold)
+    }
+
+    /// Gives up the holes waited for longer than [`PathParams::hold`] and those before
+    /// `before`: [`Passed::Repair`], a later window's repair came, gives up those no gathered
+    /// repair covers; [`Passed::Window`], a datagram of a window that is no long block came
+    /// (the long block's repair went out before it), all of them. Then releases the held
+    /// datagrams no remaining hole needs held. Returns the holes given up.
+    fn release(
+        &mut self,
+        now: Instant,
+        before: Option<(u32, Passed)>,
+        out: &mut VecDeque<(SocketAddr, Vec<u8>)>,
+        addr: SocketAddr,
+    ) -> u64 {
+        let mut given_up = 0;
+        let hold = self.params.hold;
+        let pending = &self.pending;
+        self.holes.retain(|(seq, at)| {
+            let expired = now.saturating_duration_since(*at) >= hold;
+            let passed = before.is_some_and(|(b, why)| {
+                b.wrapping_sub(*seq).wrapping_sub(1) < 1 << 31
+                    && (why == Passed::Window
+                        || !pending
+                            .iter()
+                            .any(|p| seq.wrapping_sub(p.header.first) < u32::from(p.header.count)))
+            });
+            given_up += u64::from(expired || passed);
+            !(expired || passed)
+        });
+        while let Some(seq) = self.held.front().map(|(s, _)| *s) {
+            if self.beyond_reach(seq) {
+                break;
+            }
+            if let Some((_, d)) = self.held.pop_front() {
+                out.push_back((addr, d));
+            }
+        }
+        given_up
+    }
+}
+
+/// What moved a receiver past a hole (see `Peer::release`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Passed {
+    /// The repair of a later window.
+    Repair,
+    /// A datagram of a window that is no long block.
+    Window,
 }
 
 /// The sans-IO FEC layer of one socket (see the crate doc for the call order).
@@ -577,7 +784,7 @@ impl Fec {
     ) -> [u8; Header::LEN] {
         let max_window = self.config.max_window;
         let min_kept = self.config.min_kept_len;
-        let peer = self.peer(now, dest);
+        let peer = peer_entry(&mut self.peers, &self.paths, &self.config, now, dest);
         let seq = peer.next_seq;
         let keep = peer.params.protect && (min_kept..=MAX_KEPT).contains(&payload.len());
         if keep {
@@ -586,6 +793,14 @@ impl Fec {
             peer.trim(now);
             if peer.window.is_empty() {
                 peer.window_first = seq;
+                // The rest of the transfer fits in one long block: holding its datagrams
+                // back delays only acknowledgements the sender no longer waits for.
+                let unsent = peer.written - peer.sent;
+                peer.long = peer.peer_holds
+                    && peer.params.blocks
+                    && peer.params.long_block > peer.params.block
+                    && unsent > 0
+                    && unsent <= peer.params.long_tail;
             }
             let cap = if peer.params.blocks {
                 max_window
@@ -612,7 +827,11 @@ impl Fec {
         self.stats.data_sent += 1;
         self.stats.kept_sent += u64::from(keep);
         Header {
-            kind: if keep { Kind::Kept } else { Kind::Data },
+            kind: match (keep, peer.long) {
+                (false, _) => Kind::Data,
+                (true, false) => Kind::Kept,
+                (true, true) => Kind::Held,
+            },
             seq,
             loss,
         }
@@ -630,12 +849,16 @@ impl Fec {
         if !peer.params.blocks || peer.window.len() < peer.params.block {
             return;
         }
-        if peer.window_bytes < peer.window.len() * ACK_LIKE_LEN {
+        let ack_like = peer.window_bytes < peer.window.len() * ACK_LIKE_LEN;
+        if ack_like && !peer.holds_back() {
             // Acknowledgements of what the peer sends: not worth repair.
             peer.clear_window();
             return;
         }
-        if peer.written - peer.sent > peer.params.tail_bytes {
+        if peer.long && !ack_like && peer.window.len() < peer.params.long_block {
+            return;
+        }
+        if peer.written - peer.sent > peer.params.tail_bytes && !peer.holds_back() {
             peer.clear_window();
             peer.in_burst = true;
             self.stats.skipped += 1;
@@ -653,7 +876,7 @@ impl Fec {
     }
 
     /// Takes back the last `sent` [`Fec::handle_send`] calls to `dest`, of which `kept` returned
-    /// a [`Kind::Kept`] header (their datagrams could not be sent), so that sequence numbers
+    /// a [`Kind::Kept`] or [`Kind::Held`] header (their datagrams could not be sent), so that sequence numbers
     /// stay consecutive on the wire.
     pub fn cancel_send(&mut self, dest: SocketAddr, sent: usize, kept: usize) {
         let Some(peer) = self.peers.get_mut(&dest) else {
@@ -689,7 +912,7 @@ impl Fec {
             }
         };
         let max_kept = self.config.max_window + self.config.max_window / 2;
-        let peer = self.peer(now, src);
+        let peer = peer_entry(&mut self.peers, &self.paths, &self.config, now, src);
         peer.reported = header.loss;
         if header.kind != Kind::Probe {
             peer.heard = Some(now);
@@ -703,20 +926,46 @@ impl Fec {
                 if peer.loss.on_datagram(header.seq) {
                     peer.restarted(now);
                 }
+                peer.peer_holds = body.first().is_some_and(|f| f & PROBE_HOLDS != 0);
+                peer.note_arrival(now, header.seq, false);
                 self.stats.probes_received += 1;
                 Received::Probe
             }
-            Kind::Data | Kind::Kept => {
+            Kind::Data | Kind::Kept | Kind::Held => {
                 // Only kept datagrams are numbered (a data datagram repeats the next number).
-                if header.kind == Kind::Kept {
+                if header.kind != Kind::Data {
                     if peer.loss.on_datagram(header.seq) {
                         peer.restarted(now);
                     }
                     if body.len() <= MAX_KEPT {
                         peer.keep_received(header.seq, body.to_vec(), max_kept);
                     }
+                    peer.note_arrival(now, header.seq, header.kind == Kind::Held);
+                    if header.kind == Kind::Kept && !peer.holes.is_empty() {
+                        let before = Some((header.seq, Passed::Window));
+                        self.stats.holes_given_up +=
+                            peer.release(now, before, &mut self.recovered, src);
+                    }
                 }
                 self.stats.data_received += 1;
+                while peer.held.len() >= max_kept && peer.holes.pop_front().is_some() {
+                    // Never more than a window's worth waits: the oldest hole is given up.
+                    self.stats.holes_given_up += 1;
+                    self.stats.holes_given_up += peer.release(now, None, &mut self.recovered, src);
+                }
+                if body.is_empty() {
+                    // Nothing to hand on, in any order.
+                } else if peer.must_hold(header.seq) {
+                    peer.held.push_back((header.seq, body.to_vec()));
+                    self.stats.held += 1;
+                    return Received::Held;
+                } else if self.recovered.iter().any(|(from, _)| *from == src) {
+                    // Restored or released datagrams of the peer wait to be handed on: this
+                    // one goes behind them, or QUIC would see it first and could no longer
+                    // take them (a long block's restored datagram, hundreds behind it).
+                    self.recovered.push_back((src, body.to_vec()));
+                    return Received::Held;
+                }
                 Received::Data {
                     offset: Header::LEN,
                 }
@@ -724,7 +973,7 @@ impl Fec {
             Kind::Repair => match RepairHeader::parse(body) {
                 Ok((rh, shard)) => {
                     self.stats.repair_received += 1;
-                    self.handle_repair(src, rh, shard);
+                    self.handle_repair(now, src, rh, shard);
                     Received::Repair
                 }
                 Err(_) => {
@@ -745,13 +994,20 @@ impl Fec {
         let bursts = self.peers.values().filter_map(Peer::burst_end);
         bursts
             .chain(self.peers.values().filter_map(Peer::probe_due))
+            .chain(self.peers.values().filter_map(Peer::hold_end))
             .min()
     }
 
     /// Ends the bursts that fell idle and sends the probes that are due: their datagrams wait
-    /// in [`Fec::poll_transmit`].
+    /// in [`Fec::poll_transmit`]. Releases what was held back behind missing datagrams waited
+    /// for too long: it waits in [`Fec::poll_recovered`].
     pub fn handle_timeout(&mut self, now: Instant) {
         self.probe(now);
+        for (addr, peer) in &mut self.peers {
+            if peer.hold_end().is_some_and(|t| now >= t) {
+                self.stats.holes_given_up += peer.release(now, None, &mut self.recovered, *addr);
+            }
+        }
         let addrs: Vec<SocketAddr> = self
             .peers
             .iter()
@@ -786,7 +1042,11 @@ impl Fec {
                 };
                 peer.next_seq = peer.next_seq.wrapping_add(1);
                 peer.window_first = peer.next_seq;
-                self.transmits.push_back((*addr, header.emit().to_vec()));
+                let mut d = header.emit().to_vec();
+                if !peer.params.hold.is_zero() {
+                    d.push(PROBE_HOLDS);
+                }
+                self.transmits.push_back((*addr, d));
                 self.stats.probes_sent += 1;
                 peer.probes = peer.probes.saturating_add(1);
                 sent += 1;
@@ -803,24 +1063,7 @@ impl Fec {
 
     /// The state of `addr`, made if new (forgetting the least recently active peer when full).
     fn peer(&mut self, now: Instant, addr: SocketAddr) -> &mut Peer {
-        if !self.peers.contains_key(&addr) && self.peers.len() >= self.config.max_peers.max(1) {
-            if let Some(old) = self
-                .peers
-                .iter()
-                .min_by_key(|(_, p)| p.last_active)
-                .map(|(a, _)| *a)
-            {
-                self.peers.remove(&old);
-            }
-        }
-        let (paths, cfg) = (&self.paths, &self.config);
-        let peer = self.peers.entry(addr).or_insert_with(|| {
-            let configured = paths.get(&addr).copied();
-            let params = configured.unwrap_or(cfg.default_path);
-            Peer::new(params, configured.is_some(), now, cfg)
-        });
-        peer.last_active = now;
-        peer
+        peer_entry(&mut self.peers, &self.paths, &self.config, now, addr)
     }
 
     /// Sends the repair of `addr`'s open window and closes it.
@@ -830,16 +1073,18 @@ impl Fec {
             return;
         };
         peer.trim(now);
+        let holds_back = peer.holds_back();
         let small = peer.window_bytes < cfg.min_window_bytes
             && !peer.in_burst
-            && peer.window.len() > MAX_SHORT;
+            && peer.window.len() > MAX_SHORT
+            && !holds_back;
         // A full block continues the burst; anything else (the idle gap) ends it.
         peer.in_burst = peer.params.blocks && peer.window.len() >= peer.params.block;
         if small || peer.window.is_empty() {
             peer.clear_window();
             return;
         }
-        if peer.written - peer.sent > peer.params.tail_bytes {
+        if peer.written - peer.sent > peer.params.tail_bytes && !holds_back {
             // A pause in the middle of a transfer (the sender waited for its window or for
             // flow control), not its end: what is lost here is retransmitted while the rest
             // flows.
@@ -869,6 +1114,9 @@ impl Fec {
                 let stall = peer.params.rtt.mul_f64(FAILURE_RTTS).saturating_sub(rest);
                 r = r.min(repair_count_for_cost(n, p, pt, stall, r));
             }
+        }
+        if holds_back {
+            r = r.max(1);
         }
         if r == 0 {
             peer.clear_window();
@@ -921,8 +1169,24 @@ impl Fec {
         self.stats.windows += 1;
     }
 
+    /// Gathers a repair shard (see [`Fec::gather`]); then gives up the holes before its window
+    /// that no gathered repair covers, and releases what no hole holds back any more.
+    fn handle_repair(&mut self, now: Instant, src: SocketAddr, rh: RepairHeader, shard: &[u8]) {
+        self.gather(src, rh, shard);
+        if let Some(peer) = self.peers.get_mut(&src) {
+            if !peer.holes.is_empty() || !peer.held.is_empty() {
+                self.stats.holes_given_up += peer.release(
+                    now,
+                    Some((rh.first, Passed::Repair)),
+                    &mut self.recovered,
+                    src,
+                );
+            }
+        }
+    }
+
     /// Gathers a repair shard; restores the window's missing datagrams once enough arrived.
-    fn handle_repair(&mut self, src: SocketAddr, rh: RepairHeader, shard: &[u8]) {
+    fn gather(&mut self, src: SocketAddr, rh: RepairHeader, shard: &[u8]) {
         let Some(peer) = self.peers.get_mut(&src) else {
             return;
         };
@@ -980,14 +1244,60 @@ impl Fec {
             Some(restored) => {
                 let max_kept = self.config.max_window + self.config.max_window / 2;
                 for (seq, data) in restored {
+                    peer.holes.retain(|(s, _)| *s != seq);
                     peer.keep_received(seq, data.clone(), max_kept);
-                    self.recovered.push_back((src, data));
                     self.stats.recovered += 1;
+                    // A restored datagram goes where it was sent: among the held ones (a
+                    // long block's later holes are hundreds ahead of its first), or before
+                    // them all.
+                    if peer.held.is_empty() {
+                        self.recovered.push_back((src, data));
+                        continue;
+                    }
+                    let at = peer
+                        .held
+                        .iter()
+                        .position(|(h, _)| h.wrapping_sub(seq) < 1 << 31);
+                    peer.held.insert(at.unwrap_or(peer.held.len()), (seq, data));
                 }
             }
-            None => self.stats.unrecoverable += 1,
+            None => {
+                // Its holes will not be filled from here: QUIC's retransmission fills them.
+                let before = peer.holes.len();
+                peer.holes
+                    .retain(|(s, _)| s.wrapping_sub(rh.first) >= u32::from(rh.count));
+                self.stats.holes_given_up += (before - peer.holes.len()) as u64;
+                self.stats.unrecoverable += 1;
+            }
         }
     }
+}
+
+/// The state of `addr` in `peers`, made if new (forgetting the least recently active peer
+/// when full).
+fn peer_entry<'a>(
+    peers: &'a mut HashMap<SocketAddr, Peer>,
+    paths: &HashMap<SocketAddr, PathParams>,
+    cfg: &Config,
+    now: Instant,
+    addr: SocketAddr,
+) -> &'a mut Peer {
+    if !peers.contains_key(&addr) && peers.len() >= cfg.max_peers.max(1) {
+        if let Some(old) = peers
+            .iter()
+            .min_by_key(|(_, p)| p.last_active)
+            .map(|(a, _)| *a)
+        {
+            peers.remove(&old);
+        }
+    }
+    let peer = peers.entry(addr).or_insert_with(|| {
+        let configured = paths.get(&addr).copied();
+        let params = configured.unwrap_or(cfg.default_path);
+        Peer::new(params, configured.is_some(), now, cfg)
+    });
+    peer.last_active = now;
+    peer
 }
 
 /// Remembers a finished window (bounded).

@@ -28,6 +28,9 @@ fn params() -> PathParams {
         probe_gap: None,
         packet_time: Duration::ZERO,
         rtt: Duration::from_millis(100),
+        long_block: 0,
+        long_tail: 0,
+        hold: Duration::ZERO,
     }
 }
 
@@ -475,11 +478,34 @@ fn blocks_fit_the_link() {
     assert!(p.protect && p.blocks && p.block == SLOW_BLOCK, "{p:?}");
     let p = PathParams::for_link(6_000_000, Duration::from_millis(90));
     assert!(p.protect && p.blocks && p.block == 22, "{p:?}");
+    // A transfer's last blocks may take LONG_SHARE of the bandwidth-delay product each where
+    // the receiver holds back for them, and the receiver holds for one RTT.
+    for (rate, rtt, long) in [
+        (44_000_000, 300, 660),
+        (44_000_000, 90, 198),
+        (6_000_000, 300, 90),
+    ] {
+        let p = PathParams::for_link(rate, Duration::from_millis(rtt));
+        assert_eq!(
+            (p.long_block, p.hold),
+            (long, Duration::from_millis(rtt)),
+            "{p:?}"
+        );
+        // For the last 0.9 of the bandwidth-delay product (1.5 of them are the tail).
+        let ratio = p.long_tail as f64 / p.tail_bytes as f64;
+        assert!((ratio - 0.6).abs() < 0.01, "{p:?}");
+    }
+    // A quarter of 6 Mbit/s × 90 ms (45 packets) is 11, half of it 22: 27 is still longer.
+    assert_eq!(
+        PathParams::for_link(6_000_000, Duration::from_millis(90)).long_block,
+        27
+    );
     // 1.5 Mbit/s, 90 ms: 11 packets in flight, a block of 5 is too small to be worth its
     // repair; so is anything slower. Short exchanges still are protected.
     for (rate, rtt) in [(1_500_000, 90), (1_000_000, 300)] {
         let p = PathParams::for_link(rate, Duration::from_millis(rtt));
         assert!(p.protect && !p.blocks, "{p:?}");
+        assert_eq!((p.long_block, p.hold), (0, Duration::ZERO), "{p:?}");
     }
     // Faster than 1 Gbit/s: not protected.
     let p = PathParams::for_link(10_000_000_000, Duration::from_millis(300));
@@ -756,4 +782,425 @@ fn a_slow_link_repairs_a_block_before_the_end_by_what_a_shard_costs() {
     assert_eq!(shards(20_000), 1);
     // Further from the end the rest covers the retransmission: no repair.
     assert_eq!(shards(80_000), 0);
+}
+
+/// Path parameters with long blocks of up to 600 datagrams for the last 600 full datagrams'
+/// worth of a transfer, and a hold of 100 ms.
+fn holding() -> PathParams {
+    PathParams {
+        long_block: 600,
+        long_tail: 600 * 1500,
+        hold: Duration::from_millis(100),
+        ..params()
+    }
+}
+
+/// A probe from `from` saying whether its sender holds back for long blocks.
+fn probe_from(to: &mut Fec, from: SocketAddr, now: Instant, holds: bool) {
+    let mut d = wire::Header {
+        kind: Kind::Probe,
+        seq: 0,
+        loss: wire::LossReport::UNKNOWN,
+    }
+    .emit()
+    .to_vec();
+    if holds {
+        d.push(PROBE_HOLDS);
+    }
+    assert_eq!(to.handle_recv(now, from, &d), Received::Probe);
+}
+
+/// A data datagram of `kind` numbered `seq`, as a sender puts it on the wire: its header and
+/// 1,000 bytes that say which one it is.
+fn numbered(kind: Kind, seq: u32) -> Vec<u8> {
+    let mut d = wire::Header {
+        kind,
+        seq,
+        loss: wire::LossReport::UNKNOWN,
+    }
+    .emit()
+    .to_vec();
+    d.extend_from_slice(&datagram(seq as usize, 1000));
+    d
+}
+
+/// What a receiver handed on, in order: each datagram's index (its first four bytes) and
+/// whether it was restored from repair (it was lost).
+#[derive(Default)]
+struct Handed {
+    order: Vec<(usize, bool)>,
+    lost: Vec<usize>,
+}
+
+impl Handed {
+    fn take(&mut self, rx: &mut Fec, sizes: &[usize]) {
+        while let Some((_, d)) = rx.poll_recovered() {
+            let i = u32::from_be_bytes(d[..4].try_into().unwrap()) as usize;
+            assert_eq!(d, datagram(i, sizes[i]), "exactly what was sent");
+            self.order.push((i, self.lost.contains(&i)));
+        }
+    }
+
+    fn direct(&mut self, i: usize) {
+        self.order.push((i, false));
+    }
+
+    /// Whether QUIC takes every datagram in this order: none comes HOLD_REACH or more
+    /// behind one handed on before it (its duplicate window is 128 packets).
+    fn all_within_reach(&self) -> Result<(), String> {
+        let mut newest = None::<usize>;
+        for (i, _) in &self.order {
+            if let Some(n) = newest {
+                if n >= i + HOLD_REACH as usize {
+                    return Err(format!("{i} handed on after {n}"));
+                }
+            }
+            newest = newest.max(Some(*i));
+        }
+        Ok(())
+    }
+}
+
+/// Sends `sizes` from tx to rx, one every 0.1 ms after `now`, losing `lose` and the repair
+/// datagrams numbered `lose_repair` (counted over the whole transfer), then lets the burst
+/// end and rx's holds run out. Returns the kinds tx sent and what rx handed on.
+fn transfer(
+    tx: &mut Fec,
+    rx: &mut Fec,
+    mut now: Instant,
+    sizes: &[usize],
+    lose: &[usize],
+    lose_repair: &[usize],
+) -> (Vec<Kind>, Handed) {
+    let total: usize = sizes.iter().sum();
+    tx.handle_written(now, b(), total as u64);
+    let mut kinds = Vec::new();
+    let mut handed = Handed {
+        lost: lose.to_vec(),
+        ..Handed::default()
+    };
+    let mut repairs = 0;
+    let mut deliver_repair = |tx: &mut Fec, rx: &mut Fec, now: Instant, handed: &mut Handed| {
+        while let Some((_, d)) = tx.poll_transmit() {
+            if !lose_repair.contains(&repairs) {
+                assert_eq!(rx.handle_recv(now, a(), &d), Received::Repair);
+            }
+            repairs += 1;
+        }
+        handed.take(rx, sizes);
+    };
+    for (i, &len) in sizes.iter().enumerate() {
+        now += Duration::from_micros(100);
+        let payload = datagram(i, len);
+        let h = tx.handle_send(now, b(), &payload);
+        kinds.push(Kind::of(h[0]).unwrap());
+        tx.handle_sent(now, b());
+        if !lose.contains(&i) {
+            let mut wire = h.to_vec();
+            wire.extend_from_slice(&payload);
+            match rx.handle_recv(now, a(), &wire) {
+                Received::Data { offset } => {
+                    assert_eq!(wire[offset..], payload[..]);
+                    handed.direct(i);
+                }
+                Received::Held => {}
+                other => panic!("{other:?}"),
+            }
+            handed.take(rx, sizes);
+        }
+        deliver_repair(tx, rx, now, &mut handed);
+    }
+    // The burst's end, then every hold's.
+    for _ in 0..sizes.len() + 2 {
+        let Some(t) = [tx.poll_timeout(), rx.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+        else {
+            break;
+        };
+        now = now.max(t);
+        tx.handle_timeout(now);
+        rx.handle_timeout(now);
+        deliver_repair(tx, rx, now, &mut handed);
+    }
+    (kinds, handed)
+}
+
+#[test]
+fn a_long_last_block_is_restored_while_the_receiver_holds_back_what_follows() {
+    let mut tx = Fec::new(Config::default());
+    let mut rx = Fec::new(Config::default());
+    tx.configure(b(), holding());
+    rx.configure(a(), holding());
+    // The receiver's probes say it holds back: a transfer of 500 datagrams, all of it
+    // within one long block, goes out as one window of Held datagrams.
+    probe_from(&mut tx, b(), t0(), true);
+    let sizes: Vec<usize> = (0..500).map(|i| 1100 + (i * 17) % 300).collect();
+    // Losses early and late in the block: each restored datagram is handed on in its place
+    // among the held ones.
+    let lose = [5, 6, 300, 499];
+    let (kinds, handed) = transfer(&mut tx, &mut rx, t0(), &sizes, &lose, &[]);
+    assert!(kinds.iter().all(|k| *k == Kind::Held), "{kinds:?}");
+    let (ts, rs) = (tx.stats(), rx.stats());
+    assert_eq!((ts.windows, ts.skipped), (1, 0), "one block: {ts:?}");
+    assert_eq!(
+        (rs.recovered, rs.unrecoverable, rs.holes_given_up),
+        (4, 0, 0),
+        "{rs:?}"
+    );
+    // Everything arrived, once, and each lost datagram was handed on restored, before any
+    // datagram HOLD_REACH ahead of it: datagrams from 5 + HOLD_REACH on were held back.
+    let mut seen: Vec<usize> = handed.order.iter().map(|(i, _)| *i).collect();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..500).collect::<Vec<_>>());
+    let restored: Vec<usize> = handed
+        .order
+        .iter()
+        .filter(|(_, r)| *r)
+        .map(|(i, _)| *i)
+        .collect();
+    assert_eq!(restored, lose);
+    handed.all_within_reach().unwrap();
+    assert_eq!(rs.held, 500 - 5 - HOLD_REACH as u64 - 2, "{rs:?}");
+    let first_held = handed.order.iter().position(|(i, _)| *i == 5).unwrap();
+    assert_eq!(handed.order[first_held - 1].0, 4 + HOLD_REACH as usize);
+
+    // The same transfer to a receiver that does not hold back: blocks of 112, Kept (the
+    // first two of them let go: more than the tail was still unsent).
+    let mut tx = Fec::new(Config::default());
+    let mut rx = Fec::new(Config::default());
+    tx.configure(b(), holding());
+    rx.configure(a(), params());
+    probe_from(&mut tx, b(), t0(), false);
+    let (kinds, _) = transfer(&mut tx, &mut rx, t0(), &sizes, &[], &[]);
+    assert!(kinds.iter().all(|k| *k == Kind::Kept));
+    let ts = tx.stats();
+    assert_eq!((ts.windows, ts.skipped), (3, 2), "{ts:?}");
+}
+
+#[test]
+fn a_hole_no_repair_fills_is_given_up() {
+    let sizes = vec![1200; 400];
+    // Every repair datagram lost: what waited behind the first hole is released when its
+    // hold ends, and nothing is restored.
+    let mut tx = Fec::new(Config::default());
+    let mut rx = Fec::new(Config::default());
+    tx.configure(b(), holding());
+    rx.configure(a(), holding());
+    probe_from(&mut tx, b(), t0(), true);
+    let all_repair: Vec<usize> = (0..256).collect();
+    let (_, handed) = transfer(&mut tx, &mut rx, t0(), &sizes, &[10, 200], &all_repair);
+    let rs = rx.stats();
+    assert_eq!((rs.recovered, rs.holes_given_up), (0, 2), "{rs:?}");
+    assert_eq!(
+        handed.order.len(),
+        398,
+        "everything that arrived was handed on"
+    );
+    assert_eq!(rx.poll_timeout(), None, "nothing waits");
+
+    // More losses than repair: the holes are given up when their hold ends.
+    let mut tx = Fec::new(Config::default());
+    let mut rx = Fec::new(Config::default());
+    tx.configure(b(), holding());
+    rx.configure(a(), holding());
+    probe_from(&mut tx, b(), t0(), true);
+    let lose: Vec<usize> = (20..80).collect();
+    let (_, handed) = transfer(&mut tx, &mut rx, t0(), &sizes, &lose, &[]);
+    let rs = rx.stats();
+    assert_eq!((rs.recovered, rs.holes_given_up), (0, 60), "{rs:?}");
+    assert_eq!(handed.order.len(), 340);
+}
+
+#[test]
+fn the_datagrams_a_receiver_holds_are_bounded_and_released_by_a_later_window() {
+    // A receiver holding for a hole gives it up when a later window's repair comes without
+    // the hole's (its repair was lost), and never holds more than a window's worth.
+    let mut rx = Fec::new(Config {
+        max_window: 100,
+        ..Config::default()
+    });
+    rx.configure(a(), holding());
+    let mut now = t0();
+    let send =
+        |rx: &mut Fec, now: Instant, seq: u32| rx.handle_recv(now, a(), &numbered(Kind::Held, seq));
+    let mut released = 0;
+    for seq in (0..400).filter(|s| *s != 3) {
+        now += Duration::from_micros(10);
+        let r = send(&mut rx, now, seq);
+        // The 151st goes behind the 150 released (they are taken only after it).
+        let want_held = (3 + HOLD_REACH..=3 + HOLD_REACH + 150).contains(&seq);
+        assert_eq!(r == Received::Held, want_held, "{seq}: {r:?}");
+        released += std::iter::from_fn(|| rx.poll_recovered()).count();
+    }
+    // 150 (max_window × 1.5) held, then the hole was given up and all of them released.
+    let rs = rx.stats();
+    assert_eq!(
+        (rs.held, rs.holes_given_up, released),
+        (150, 1, 151),
+        "{rs:?}"
+    );
+
+    // A hole, then a repair for a later window: the hole is given up, the held released.
+    let mut rx = Fec::new(Config::default());
+    rx.configure(a(), holding());
+    for seq in (1000..1200).filter(|s| *s != 1010) {
+        send(&mut rx, now, seq);
+    }
+    assert_eq!(rx.stats().held, 200 - 1 - 10 - HOLD_REACH as u64 + 1);
+    let rh = wire::RepairHeader {
+        first: 1200,
+        count: 10,
+        recovery: 1,
+        index: 0,
+    };
+    let mut d = wire::Header {
+        kind: Kind::Repair,
+        seq: 1210,
+        loss: wire::LossReport::UNKNOWN,
+    }
+    .emit()
+    .to_vec();
+    d.extend_from_slice(&rh.emit());
+    d.extend_from_slice(&[0; 1002]);
+    assert_eq!(rx.handle_recv(now, a(), &d), Received::Repair);
+    assert_eq!(rx.stats().holes_given_up, 1);
+    assert_eq!(
+        std::iter::from_fn(|| rx.poll_recovered()).count() as u64,
+        rx.stats().held
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Whatever is lost (data and repair), everything that arrives is handed on exactly once
+    /// and unchanged, restored datagrams too, and nothing waits once the holds have run out.
+    #[test]
+    fn holding_back_never_loses_or_repeats_a_datagram(
+        n in 1usize..700,
+        lose in proptest::collection::vec(0usize..700, 0..40),
+        lose_repair in proptest::collection::vec(0usize..64, 0..8),
+        holds in any::<bool>(),
+    ) {
+        // A receiver cannot tell the very first datagram it would hear from a sender is
+        // missing (on a tunnel, the handshake always comes first).
+        let lose: Vec<usize> = lose.into_iter().filter(|i| *i != 0).collect();
+        let mut tx = Fec::new(Config::default());
+        let mut rx = Fec::new(Config::default());
+        tx.configure(b(), holding());
+        rx.configure(a(), holding());
+        probe_from(&mut tx, b(), t0(), holds);
+        let sizes: Vec<usize> = (0..n).map(|i| 100 + (i * 37) % 1300).collect();
+        let (_, handed) = transfer(&mut tx, &mut rx, t0(), &sizes, &lose, &lose_repair);
+        let mut seen: Vec<usize> = handed.order.iter().map(|(i, _)| *i).collect();
+        seen.sort_unstable();
+        let mut dedup = seen.clone();
+        dedup.dedup();
+        prop_assert_eq!(&seen, &dedup, "handed on twice");
+        let arrived = (0..n).filter(|i| !lose.contains(i));
+        prop_assert!(arrived.into_iter().all(|i| seen.binary_search(&i).is_ok()));
+        prop_assert_eq!(rx.poll_timeout(), None);
+        if rx.stats().holes_given_up == 0 {
+            prop_assert_eq!(handed.all_within_reach(), Ok(()));
+        }
+    }
+}
+
+#[test]
+fn a_datagram_arriving_before_the_restored_ones_are_taken_goes_behind_them() {
+    // The shell reads a batch: a repair that restores a datagram, then a newer datagram. The
+    // newer one must not reach QUIC first: behind a long block's restored datagram by
+    // hundreds, it would make QUIC drop the restored one as too old.
+    let (mut tx, mut rx) = pair();
+    let mut now = t0();
+    for i in 0..50 {
+        now += Duration::from_micros(100);
+        let payload = datagram(i, 1000);
+        let mut wire = tx.handle_send(now, b(), &payload).to_vec();
+        tx.handle_sent(now, b());
+        wire.extend_from_slice(&payload);
+        if i != 3 {
+            assert!(matches!(
+                rx.handle_recv(now, a(), &wire),
+                Received::Data { .. }
+            ));
+        }
+    }
+    now += params().idle_gap;
+    tx.handle_timeout(now);
+    while let Some((_, d)) = tx.poll_transmit() {
+        assert_eq!(rx.handle_recv(now, a(), &d), Received::Repair);
+    }
+    let payload = datagram(50, 1000);
+    let mut wire = tx.handle_send(now, b(), &payload).to_vec();
+    wire.extend_from_slice(&payload);
+    assert_eq!(rx.handle_recv(now, a(), &wire), Received::Held);
+    let out: Vec<Vec<u8>> = std::iter::from_fn(|| rx.poll_recovered())
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(out, vec![datagram(3, 1000), payload.clone()]);
+    // Once they are taken, datagrams pass directly again.
+    let mut wire = tx.handle_send(now, b(), &datagram(51, 1000)).to_vec();
+    wire.extend_from_slice(&datagram(51, 1000));
+    assert!(matches!(
+        rx.handle_recv(now, a(), &wire),
+        Received::Data { .. }
+    ));
+}
+
+#[test]
+fn a_long_window_of_acknowledgements_closes_at_a_block_with_its_repair() {
+    // The application's last request opens a long window (something is unsent), and what
+    // follows is acknowledgements of the answer: the window closes at a block, repaired (the
+    // peer may be holding back for it), and the next one is no long block.
+    let mut tx = Fec::new(Config::default());
+    tx.configure(b(), holding());
+    probe_from(&mut tx, b(), t0(), true);
+    let mut now = t0();
+    tx.handle_written(now, b(), 300);
+    let mut kinds = Vec::new();
+    for i in 0..200 {
+        now += Duration::from_micros(100);
+        let len = if i == 0 { 340 } else { 60 };
+        let h = tx.handle_send(now, b(), &datagram(i, len));
+        tx.handle_sent(now, b());
+        kinds.push(Kind::of(h[0]).unwrap());
+    }
+    assert!(
+        kinds[..MAX_BLOCK].iter().all(|k| *k == Kind::Held),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds[MAX_BLOCK..].iter().all(|k| *k == Kind::Kept),
+        "{kinds:?}"
+    );
+    let ts = tx.stats();
+    assert_eq!(ts.windows, 1, "{ts:?}");
+    assert!(ts.repair_sent >= 1, "{ts:?}");
+}
+
+#[test]
+fn a_datagram_of_a_window_that_is_no_long_block_gives_the_holes_up() {
+    let mut rx = Fec::new(Config::default());
+    rx.configure(a(), holding());
+    let now = t0();
+    let send = |rx: &mut Fec, kind: Kind, seq: u32| rx.handle_recv(now, a(), &numbered(kind, seq));
+    for seq in (0..150).filter(|s| *s != 7) {
+        send(&mut rx, Kind::Held, seq);
+    }
+    assert_eq!(rx.stats().held, 150 - 7 - u64::from(HOLD_REACH));
+    // The long block is over (its repair never came): the holes are given up, what was held
+    // is released, and the new datagram goes behind it.
+    assert_eq!(send(&mut rx, Kind::Kept, 150), Received::Held);
+    assert_eq!(rx.stats().holes_given_up, 1);
+    let out: Vec<usize> = std::iter::from_fn(|| rx.poll_recovered())
+        .map(|(_, d)| u32::from_be_bytes(d[..4].try_into().unwrap()) as usize)
+        .collect();
+    assert_eq!(out, (7 + HOLD_REACH as usize..=150).collect::<Vec<_>>());
+    assert!(matches!(
+        send(&mut rx, Kind::Kept, 151),
+        Received::Data { .. }
+    ));
 }

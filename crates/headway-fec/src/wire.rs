@@ -10,8 +10,10 @@
 //! ```
 //!
 //! - `kind` is `0xA0` (data the sender does not keep), `0xA1` (data the sender keeps for
-//!   repair), `0xA2` (repair) or `0xA3` (a probe: the header alone, sent so that the receiver
-//!   can measure the path before data flows). The values have QUIC's "fixed bit" (0x40) clear, so no QUIC
+//!   repair), `0xA2` (repair), `0xA3` (a probe: the header alone, sent so that the receiver
+//!   can measure the path before data flows) or `0xA4` (data the sender keeps for a *long*
+//!   block, longer than QUIC's duplicate window: the receiver holds later datagrams back
+//!   while one of the block's is missing, see the crate doc). The values have QUIC's "fixed bit" (0x40) clear, so no QUIC
 //!   packet (RFC 9000 §17) starts with one: a receiver tells an FEC datagram from a plain one by
 //!   its first byte.
 //! - `seq` numbers the datagrams the sender keeps for this receiver and its probes, one by one
@@ -20,6 +22,10 @@
 //! - `loss` is the sender's own measurement of the loss on the reverse path (the datagrams it
 //!   receives from this receiver): `0..=65534` is the fraction × 65534, `0xFFFF` "not measured
 //!   yet". It is how each side learns how much repair the other needs.
+//!
+//! A probe may carry one byte after its header: flags, of which bit 0 says that its sender
+//! holds back for long blocks (see the crate doc). Receivers ignore anything else after a
+//! probe's header.
 //!
 //! A repair datagram continues with a [`RepairHeader`] of [`RepairHeader::LEN`] bytes and one
 //! Reed-Solomon recovery shard:
@@ -45,6 +51,9 @@ pub enum Kind {
     Repair,
     /// A probe: no payload, counted by the receiver's loss measurement.
     Probe,
+    /// Data the sender keeps for a long block: while one of its datagrams is missing, the
+    /// receiver holds back those too far ahead of it for QUIC to still accept it.
+    Held,
 }
 
 impl Kind {
@@ -54,6 +63,7 @@ impl Kind {
             Kind::Kept => 0xA1,
             Kind::Repair => 0xA2,
             Kind::Probe => 0xA3,
+            Kind::Held => 0xA4,
         }
     }
 
@@ -64,6 +74,7 @@ impl Kind {
             0xA1 => Some(Kind::Kept),
             0xA2 => Some(Kind::Repair),
             0xA3 => Some(Kind::Probe),
+            0xA4 => Some(Kind::Held),
             _ => None,
         }
     }
@@ -244,9 +255,9 @@ mod tests {
 
     proptest! {
         #[test]
-        fn headers_round_trip(kind in 0u8..4, seq: u32, loss: u16, first: u32, count: u16,
+        fn headers_round_trip(kind in 0u8..5, seq: u32, loss: u16, first: u32, count: u16,
                               recovery in 1u16.., index: u16, half in 1usize..800) {
-            let kind = [Kind::Data, Kind::Kept, Kind::Repair, Kind::Probe][kind as usize];
+            let kind = [Kind::Data, Kind::Kept, Kind::Repair, Kind::Probe, Kind::Held][kind as usize];
             let h = Header { kind, seq, loss: LossReport(loss) };
             prop_assert_eq!(Header::parse(&h.emit()), Ok(h));
             let count = count.max(1);

@@ -20,7 +20,7 @@ use std::fmt;
 use std::io::{self, IoSliceMut};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Waker};
 use std::time::Instant;
 
 use headway_core::clock::SystemClock;
@@ -46,6 +46,9 @@ struct State {
     task_wakes_at: Option<Instant>,
     /// The lost-bytes total each connection (by `stable_id`) had at its last `note_written`.
     lost_seen: HashMap<usize, u64>,
+    /// quinn's receive task, woken when the repair task releases datagrams the layer held
+    /// back (a timer, not a datagram, ended their wait).
+    recv_waker: Option<Waker>,
 }
 
 /// QUIC's short header, AEAD tag and STREAM frame header cost about 36 bytes of a 1,400-byte
@@ -79,6 +82,7 @@ impl FecSocket {
                 buf: Vec::new(),
                 task_wakes_at: None,
                 lost_seen: HashMap::new(),
+                recv_waker: None,
             }),
             wake: wake.clone(),
         });
@@ -160,7 +164,7 @@ impl AsyncUdpSocket for FecSocket {
         let (mut sent, mut kept) = (0, 0);
         for datagram in transmit.contents.chunks(seg) {
             let header = fec.handle_send(now, transmit.destination, datagram);
-            kept += usize::from(Kind::of(header[0]) == Some(Kind::Kept));
+            kept += usize::from(matches!(Kind::of(header[0]), Some(Kind::Kept | Kind::Held)));
             sent += 1;
             buf.extend_from_slice(&header);
             buf.extend_from_slice(datagram);
@@ -195,11 +199,7 @@ impl AsyncUdpSocket for FecSocket {
             }
         }
         // A burst opened: its end may come before what the task sleeps for (the next probe).
-        let due = fec.poll_timeout();
-        let wake = due.is_some_and(|d| task_wakes_at.is_none_or(|t| d < t));
-        if wake {
-            *task_wakes_at = due;
-        }
+        let wake = earlier_deadline(fec, task_wakes_at);
         drop(guard);
         if wake {
             self.wake.notify_one();
@@ -214,7 +214,17 @@ impl AsyncUdpSocket for FecSocket {
         meta: &mut [RecvMeta],
     ) -> Poll<io::Result<usize>> {
         loop {
-            let restored = deliver_restored(&mut self.lock().fec, bufs, meta, 0);
+            let restored = {
+                let mut state = self.lock();
+                if !state
+                    .recv_waker
+                    .as_ref()
+                    .is_some_and(|w| w.will_wake(cx.waker()))
+                {
+                    state.recv_waker = Some(cx.waker().clone());
+                }
+                deliver_restored(&mut state.fec, bufs, meta, 0)
+            };
             if restored > 0 {
                 tracing::trace!(restored, "fec: restored datagrams handed to quinn");
                 return Poll::Ready(Ok(restored));
@@ -242,6 +252,15 @@ impl AsyncUdpSocket for FecSocket {
             }
             let received = out;
             out = deliver_restored(&mut state.fec, bufs, meta, out);
+            // A datagram held back behind a missing one waits at most until a deadline the
+            // task may not sleep for yet.
+            let State {
+                fec, task_wakes_at, ..
+            } = &mut *state;
+            if earlier_deadline(fec, task_wakes_at) {
+                self.wake.notify_one();
+            }
+            drop(state);
             if out > received {
                 tracing::trace!(
                     restored = out - received,
@@ -272,6 +291,17 @@ impl AsyncUdpSocket for FecSocket {
     }
 }
 
+/// Whether the layer's next deadline comes before `task_wakes_at` (the repair task sleeps
+/// too long); if so it becomes the task's wake time.
+fn earlier_deadline(fec: &Fec, task_wakes_at: &mut Option<Instant>) -> bool {
+    let due = fec.poll_timeout();
+    let earlier = due.is_some_and(|d| task_wakes_at.is_none_or(|t| d < t));
+    if earlier {
+        *task_wakes_at = due;
+    }
+    earlier
+}
+
 /// Runs each datagram of one receive buffer (`meta.len` bytes in segments of `meta.stride`)
 /// through the FEC layer and packs what quinn should see to the front of the buffer. Returns
 /// the bytes kept and their stride (every segment but the last is that long: GRO only
@@ -287,7 +317,7 @@ fn strip(fec: &mut Fec, now: std::time::Instant, m: &RecvMeta, buf: &mut [u8]) -
         let keep = match fec.handle_recv(now, m.addr, &buf[off..end]) {
             Received::Data { offset } => Some(off + offset),
             Received::Plain => Some(off),
-            Received::Repair | Received::Probe | Received::Invalid => None,
+            Received::Repair | Received::Probe | Received::Held | Received::Invalid => None,
         };
         if let Some(from) = keep {
             let n = end - from;
@@ -351,7 +381,14 @@ async fn repair_task(socket: Weak<FecSocket>, wake: Arc<Notify>) {
         let Some(s) = socket.upgrade() else { return };
         let repair: Vec<_> = {
             let mut state = s.lock();
+            let before = state.fec.stats().holes_given_up;
             state.fec.handle_timeout(SystemClock::now());
+            if state.fec.stats().holes_given_up > before {
+                // What they held back waits in the layer for quinn's next read.
+                if let Some(w) = &state.recv_waker {
+                    w.wake_by_ref();
+                }
+            }
             std::iter::from_fn(|| state.fec.poll_transmit()).collect()
         };
         if repair.is_empty() {

@@ -334,6 +334,8 @@ impl WanoptControl for ApplianceView {
             fec_repair_received: t.fec.repair_received,
             fec_recovered: t.fec.recovered,
             fec_unrecoverable: t.fec.unrecoverable,
+            fec_held: t.fec.held,
+            fec_holes_given_up: t.fec.holes_given_up,
             fec_probes_sent: t.fec.probes_sent,
             fec_probes_received: t.fec.probes_received,
             cc_delay_decreases: t.congestion.delay_decreases,
