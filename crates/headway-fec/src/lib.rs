@@ -176,6 +176,9 @@ pub const LONG_SHARE: f64 = 0.6;
 /// Long blocks are used only for the last this share of the bandwidth-delay product of a
 /// transfer (see [`PathParams::long_tail`]).
 pub const LONG_TAIL_SHARE: f64 = 0.9;
+/// A long block opens in the middle of a burst only when the application wrote nothing for
+/// this fraction (1/n) of the RTT.
+const WRITER_DONE_RTTS: u32 = 8;
 /// The most datagrams a long block covers.
 pub const MAX_LONG_BLOCK: usize = 1536;
 /// Most missing datagrams a receiver waits for per peer (a larger gap is a loss burst no
@@ -428,8 +431,9 @@ pub struct Stats {
     pub probes_received: u64,
     /// Data datagrams held back behind a missing datagram of a long block.
     pub held: u64,
-    /// Missing datagrams of long blocks given up on after [`PathParams::hold`] or when a
-    /// later window's repair came without theirs.
+    /// Missing datagrams of long blocks given up on: after [`PathParams::hold`], when a
+    /// later window's repair came without theirs, or a datagram of a window that is no long
+    /// block.
     pub holes_given_up: u64,
 }
 
@@ -483,6 +487,8 @@ struct Peer {
     /// The application wrote since the window last closed: a short window all of whose bytes
     /// went out is an exchange the application finished, repaired after [`EXCHANGE_GAP`].
     fresh: bool,
+    /// When the application last wrote towards the peer.
+    last_write: Option<Instant>,
     /// The peer's measurement of the loss of what we send it.
     reported: LossReport,
     /// The peer's probes say it holds back for long blocks.
@@ -522,6 +528,7 @@ impl Peer {
             written: 0,
             sent: 0,
             fresh: false,
+            last_write: None,
             reported: LossReport::UNKNOWN,
             peer_holds: false,
             long: false,
@@ -642,7 +649,7 @@ impl Peer {
         if ahead == 0 || ahead >= 1 << 31 {
             return;
         }
-        if held && ahead as usize <= MAX_HOLES {
+        if held && !self.params.hold.is_zero() && ahead as usize <= MAX_HOLES {
             for i in 1..ahead {
                 if self.holes.len() >= MAX_HOLES {
                     self.holes.pop_front();
@@ -793,14 +800,24 @@ impl Fec {
             peer.trim(now);
             if peer.window.is_empty() {
                 peer.window_first = seq;
-                // The rest of the transfer fits in one long block: holding its datagrams
-                // back delays only acknowledgements the sender no longer waits for.
+                // The rest of the transfer goes out within a round trip: holding its
+                // datagrams back delays only acknowledgements the sender does not wait for.
+                // In the middle of a burst, only once the application stopped writing: a
+                // sender that keeps up with a slow writer has little unsent all along, and
+                // holding acknowledgements back there inflates its round-trip time and slows
+                // its pacing (a 17 MB DOC-like file at 44 Mbit/s, 300 ms, 5 %: 1.21 s against
+                // 1.16 s without long blocks).
                 let unsent = peer.written - peer.sent;
+                let writer_done = !peer.in_burst
+                    || peer.last_write.is_none_or(|t| {
+                        now.saturating_duration_since(t) >= peer.params.rtt / WRITER_DONE_RTTS
+                    });
                 peer.long = peer.peer_holds
                     && peer.params.blocks
                     && peer.params.long_block > peer.params.block
                     && unsent > 0
-                    && unsent <= peer.params.long_tail;
+                    && unsent <= peer.params.long_tail
+                    && writer_done;
             }
             let cap = if peer.params.blocks {
                 max_window
@@ -846,6 +863,12 @@ impl Fec {
         let Some(peer) = self.peers.get_mut(&dest) else {
             return;
         };
+        if peer.long && peer.written - peer.sent > peer.params.long_tail {
+            // The application wrote more than a long block's tail since the window opened:
+            // this is no end of a transfer, so the window is closed (and repaired) now.
+            self.repair(now, dest);
+            return;
+        }
         if !peer.params.blocks || peer.window.len() < peer.params.block {
             return;
         }
@@ -873,11 +896,14 @@ impl Fec {
         let peer = self.peer(now, dest);
         peer.written = peer.written.saturating_add(bytes);
         peer.fresh |= bytes > 0;
+        if bytes > 0 {
+            peer.last_write = Some(now);
+        }
     }
 
     /// Takes back the last `sent` [`Fec::handle_send`] calls to `dest`, of which `kept` returned
-    /// a [`Kind::Kept`] or [`Kind::Held`] header (their datagrams could not be sent), so that sequence numbers
-    /// stay consecutive on the wire.
+    /// a [`Kind::Kept`] or [`Kind::Held`] header (their datagrams could not be sent), so that
+    /// sequence numbers stay consecutive on the wire.
     pub fn cancel_send(&mut self, dest: SocketAddr, sent: usize, kept: usize) {
         let Some(peer) = self.peers.get_mut(&dest) else {
             return;
@@ -948,6 +974,15 @@ impl Fec {
                     }
                 }
                 self.stats.data_received += 1;
+                if peer
+                    .holes
+                    .front()
+                    .is_some_and(|(_, at)| now.saturating_duration_since(*at) >= peer.params.hold)
+                {
+                    // A hole waited for too long (nothing was held behind it, so no timer
+                    // gave it up): it holds nothing back any more.
+                    self.stats.holes_given_up += peer.release(now, None, &mut self.recovered, src);
+                }
                 while peer.held.len() >= max_kept && peer.holes.pop_front().is_some() {
                     // Never more than a window's worth waits: the oldest hole is given up.
                     self.stats.holes_given_up += 1;

@@ -1204,3 +1204,79 @@ fn a_datagram_of_a_window_that_is_no_long_block_gives_the_holes_up() {
         Received::Data { .. }
     ));
 }
+
+#[test]
+fn a_hole_older_than_the_hold_holds_nothing_back() {
+    // A hole nothing was held behind (the transfer ended within reach of it) must not make
+    // a datagram long after wait for a timer.
+    let mut rx = Fec::new(Config::default());
+    rx.configure(a(), holding());
+    let now = t0();
+    for seq in (0..50).filter(|s| *s != 7) {
+        assert!(matches!(
+            rx.handle_recv(now, a(), &numbered(Kind::Held, seq)),
+            Received::Data { .. }
+        ));
+    }
+    assert_eq!(rx.poll_timeout(), None, "nothing is held");
+    let later = now + holding().hold;
+    let r = rx.handle_recv(later, a(), &numbered(Kind::Held, 7 + HOLD_REACH + 1));
+    assert!(matches!(r, Received::Data { .. }), "{r:?}");
+    assert_eq!(rx.stats().holes_given_up, 1);
+}
+
+/// Sends `n` 1,200-byte datagrams to `b()`, one every 0.1 ms from `now`, the application
+/// writing `chunk` more bytes every `every` datagrams; returns the kinds sent.
+fn send_writing(tx: &mut Fec, now: &mut Instant, n: usize, chunk: u64, every: usize) -> Vec<Kind> {
+    (0..n)
+        .map(|i| {
+            *now += Duration::from_micros(100);
+            if i % every == 0 {
+                tx.handle_written(*now, b(), chunk);
+            }
+            let h = tx.handle_send(*now, b(), &datagram(i, 1200));
+            tx.handle_sent(*now, b());
+            Kind::of(h[0]).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn long_blocks_wait_for_the_application_to_stop_writing() {
+    let holding_tx = || {
+        let mut tx = Fec::new(Config::default());
+        tx.configure(b(), holding());
+        probe_from(&mut tx, b(), t0(), true);
+        tx
+    };
+    // Everything written at once: the transfer's last 600 datagrams' worth goes in long
+    // blocks (the writer has been quiet for far longer than RTT / 8 by then).
+    let mut tx = holding_tx();
+    let mut now = t0();
+    let kinds = send_writing(&mut tx, &mut now, 1500, 1500 * 1200, 1500);
+    let first_held = kinds
+        .iter()
+        .position(|k| *k == Kind::Held)
+        .expect("long blocks");
+    // (Windows open at block boundaries: the first with at most 600 × 1,500 bytes unsent.)
+    assert_eq!(first_held, 7 * MAX_BLOCK, "{first_held}");
+    assert!(kinds[first_held..].iter().all(|k| *k == Kind::Held));
+    // A writer the sender keeps up with (a little unsent all along): no long blocks after
+    // the first window, which closes as soon as more than the long tail is unsent.
+    let mut tx = holding_tx();
+    let mut now = t0();
+    let kinds = send_writing(&mut tx, &mut now, 1500, 20 * 1200, 20);
+    let held = kinds.iter().filter(|k| **k == Kind::Held).count();
+    assert!(held <= 600, "{held}");
+    assert!(kinds[600..].iter().all(|k| *k == Kind::Kept), "{kinds:?}");
+    // The first window was long, and closed at once when the writer raised the unsent
+    // bytes past the long tail.
+    let mut tx = holding_tx();
+    let mut now = t0();
+    tx.handle_written(now, b(), 2400);
+    let mut kinds = send_writing(&mut tx, &mut now, 1, 0, 1);
+    tx.handle_written(now, b(), 1000 * 1200);
+    kinds.extend(send_writing(&mut tx, &mut now, 2, 0, 1));
+    assert_eq!(kinds, [Kind::Held, Kind::Held, Kind::Kept]);
+    assert_eq!(tx.stats().windows, 1, "{:?}", tx.stats());
+}
