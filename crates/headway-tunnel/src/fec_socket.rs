@@ -4,7 +4,9 @@
 //! batching) and runs every datagram through a [`headway_fec::Fec`]: each datagram quinn sends
 //! gets the FEC header (7 bytes) and, on a protected path, a copy in the send window; each
 //! datagram received loses its header before quinn sees it, repair shards are consumed, and
-//! datagrams restored from them are handed to quinn as if they had arrived. A task per socket
+//! datagrams restored from them are handed to quinn as if they had arrived — in order with
+//! those the layer held back behind a missing datagram of a long block (released when it is
+//! restored, or by the task when the hold ends). A task per socket
 //! waits for the end of each burst ([`headway_fec::Fec::poll_timeout`]) and sends its repair, and sends the probes that measure the path.
 //! The FEC decisions are all `headway-fec`'s; this module only moves bytes and keeps time.
 //!
@@ -226,7 +228,10 @@ impl AsyncUdpSocket for FecSocket {
                 deliver_restored(&mut state.fec, bufs, meta, 0)
             };
             if restored > 0 {
-                tracing::trace!(restored, "fec: restored datagrams handed to quinn");
+                tracing::trace!(
+                    restored,
+                    "fec: restored (or held back) datagrams handed to quinn"
+                );
                 return Poll::Ready(Ok(restored));
             }
             let got = ready!(self.inner.poll_recv(cx, bufs, meta))?;
@@ -264,7 +269,7 @@ impl AsyncUdpSocket for FecSocket {
             if out > received {
                 tracing::trace!(
                     restored = out - received,
-                    "fec: restored datagrams handed to quinn"
+                    "fec: restored (or held back) datagrams handed to quinn"
                 );
             }
             if out > 0 {
