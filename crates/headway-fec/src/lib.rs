@@ -678,6 +678,11 @@ impl Peer {
         if self.held.is_empty() {
             return None;
         }
+        self.oldest_hole_end()
+    }
+
+    /// When the oldest hole's hold ends, whether or not anything waits behind it.
+    fn oldest_hole_end(&self) -> Option<Instant> {
         self.holes.front().map(|(_, at)| *at + self.params.hold)
     }
 
@@ -974,11 +979,7 @@ impl Fec {
                     }
                 }
                 self.stats.data_received += 1;
-                if peer
-                    .holes
-                    .front()
-                    .is_some_and(|(_, at)| now.saturating_duration_since(*at) >= peer.params.hold)
-                {
+                if peer.oldest_hole_end().is_some_and(|t| now >= t) {
                     // A hole waited for too long (nothing was held behind it, so no timer
                     // gave it up): it holds nothing back any more.
                     self.stats.holes_given_up += peer.release(now, None, &mut self.recovered, src);

@@ -237,6 +237,7 @@ impl AsyncUdpSocket for FecSocket {
             let got = ready!(self.inner.poll_recv(cx, bufs, meta))?;
             let now = SystemClock::now();
             let mut state = self.lock();
+            let held_before = state.fec.stats().held;
             let mut out = 0;
             for i in 0..got.min(bufs.len()).min(meta.len()) {
                 let m = meta[i];
@@ -262,7 +263,7 @@ impl AsyncUdpSocket for FecSocket {
             let State {
                 fec, task_wakes_at, ..
             } = &mut *state;
-            if earlier_deadline(fec, task_wakes_at) {
+            if fec.stats().held > held_before && earlier_deadline(fec, task_wakes_at) {
                 self.wake.notify_one();
             }
             drop(state);
