@@ -560,6 +560,27 @@ impl Peer {
         (self.configured && self.window.is_empty() && at <= heard + PROBE_ALIVE).then_some(at)
     }
 
+    /// Whether a window opened now is a long block: the rest of the transfer goes out within
+    /// a round trip, so holding its datagrams back delays only acknowledgements the sender
+    /// does not wait for. In the middle of a burst, only once the application stopped
+    /// writing: a sender that keeps up with a slow writer has little unsent all along, and
+    /// holding acknowledgements back there inflates its round-trip time and slows its pacing
+    /// (a 17 MB DOC-like file at 44 Mbit/s, 300 ms, 5 %: 1.21 s against 1.16 s without long
+    /// blocks).
+    fn long_now(&self, now: Instant) -> bool {
+        let unsent = self.written - self.sent;
+        let writer_done = !self.in_burst
+            || self.last_write.is_none_or(|t| {
+                now.saturating_duration_since(t) >= self.params.rtt / WRITER_DONE_RTTS
+            });
+        self.peer_holds
+            && self.params.blocks
+            && self.params.long_block > self.params.block
+            && unsent > 0
+            && unsent <= self.params.long_tail
+            && writer_done
+    }
+
     /// Whether the open window's datagrams went out as [`Kind::Held`]: the peer may be
     /// holding datagrams back for its repair, which must come.
     fn holds_back(&self) -> bool {
@@ -796,33 +817,34 @@ impl Fec {
     ) -> [u8; Header::LEN] {
         let max_window = self.config.max_window;
         let min_kept = self.config.min_kept_len;
+        let min_window_bytes = self.config.min_window_bytes;
+        let peer = peer_entry(&mut self.peers, &self.paths, &self.config, now, dest);
+        let keep = peer.params.protect && (min_kept..=MAX_KEPT).contains(&payload.len());
+        // A transfer's first datagram that finds a short exchange's window open (the
+        // acknowledgements of its request, sent a few milliseconds before the answer came):
+        // that window is closed and repaired here, so that the transfer opens a window of its
+        // own, which may be long. (Left open, it took the transfer's first block and the
+        // transfer went out in short blocks: a 1 MB file at 44 Mbit/s, 300 ms and 5 % loss
+        // in windows of 116 and 118 datagrams.)
+        if keep
+            && !peer.window.is_empty()
+            && !peer.long
+            && !peer.in_burst
+            && peer.window.len() <= MAX_SHORT
+            && peer.window_bytes < min_window_bytes
+            && peer.long_now(now)
+        {
+            self.repair_exchange(now, dest);
+        }
         let peer = peer_entry(&mut self.peers, &self.paths, &self.config, now, dest);
         let seq = peer.next_seq;
-        let keep = peer.params.protect && (min_kept..=MAX_KEPT).contains(&payload.len());
         if keep {
             peer.next_seq = seq.wrapping_add(1);
             peer.last_send = Some(now);
             peer.trim(now);
             if peer.window.is_empty() {
                 peer.window_first = seq;
-                // The rest of the transfer goes out within a round trip: holding its
-                // datagrams back delays only acknowledgements the sender does not wait for.
-                // In the middle of a burst, only once the application stopped writing: a
-                // sender that keeps up with a slow writer has little unsent all along, and
-                // holding acknowledgements back there inflates its round-trip time and slows
-                // its pacing (a 17 MB DOC-like file at 44 Mbit/s, 300 ms, 5 %: 1.21 s against
-                // 1.16 s without long blocks).
-                let unsent = peer.written - peer.sent;
-                let writer_done = !peer.in_burst
-                    || peer.last_write.is_none_or(|t| {
-                        now.saturating_duration_since(t) >= peer.params.rtt / WRITER_DONE_RTTS
-                    });
-                peer.long = peer.peer_holds
-                    && peer.params.blocks
-                    && peer.params.long_block > peer.params.block
-                    && unsent > 0
-                    && unsent <= peer.params.long_tail
-                    && writer_done;
+                peer.long = peer.long_now(now);
             }
             let cap = if peer.params.blocks {
                 max_window
@@ -1104,6 +1126,16 @@ impl Fec {
 
     /// Sends the repair of `addr`'s open window and closes it.
     fn repair(&mut self, now: Instant, addr: SocketAddr) {
+        self.repair_window(now, addr, false);
+    }
+
+    /// Sends the repair of `addr`'s open window, a short exchange a transfer follows, and
+    /// closes it: repaired however much the application wrote since (that is the transfer's).
+    fn repair_exchange(&mut self, now: Instant, addr: SocketAddr) {
+        self.repair_window(now, addr, true);
+    }
+
+    fn repair_window(&mut self, now: Instant, addr: SocketAddr, exchange: bool) {
         let cfg = &self.config;
         let Some(peer) = self.peers.get_mut(&addr) else {
             return;
@@ -1120,7 +1152,7 @@ impl Fec {
             peer.clear_window();
             return;
         }
-        if peer.written - peer.sent > peer.params.tail_bytes && !holds_back {
+        if peer.written - peer.sent > peer.params.tail_bytes && !holds_back && !exchange {
             // A pause in the middle of a transfer (the sender waited for its window or for
             // flow control), not its end: what is lost here is retransmitted while the rest
             // flows.

@@ -1280,3 +1280,59 @@ fn long_blocks_wait_for_the_application_to_stop_writing() {
     assert_eq!(kinds, [Kind::Held, Kind::Held, Kind::Kept]);
     assert_eq!(tx.stats().windows, 1, "{:?}", tx.stats());
 }
+
+#[test]
+fn a_transfer_after_a_short_exchange_opens_a_long_block_of_its_own() {
+    let mut tx = Fec::new(Config::default());
+    let mut rx = Fec::new(Config::default());
+    tx.configure(b(), holding());
+    rx.configure(a(), holding());
+    probe_from(&mut tx, b(), t0(), true);
+    let mut now = t0();
+    // The acknowledgements of a request (nothing written): a short exchange's window.
+    let acks: Vec<Vec<u8>> = (0..2).map(|i| datagram(i, 40)).collect();
+    for d in &acks {
+        now += Duration::from_micros(100);
+        let h = tx.handle_send(now, b(), d);
+        assert_eq!(Kind::of(h[0]), Some(Kind::Kept));
+        tx.handle_sent(now, b());
+    }
+    // The answer comes 2 ms later, within the exchange gap: 300 datagrams, one long block.
+    now += Duration::from_millis(2);
+    tx.handle_written(now, b(), 300 * 1200);
+    let mut kinds = Vec::new();
+    let mut repair = Vec::new();
+    for i in 0..300 {
+        now += Duration::from_micros(100);
+        let h = tx.handle_send(now, b(), &datagram(i, 1200));
+        kinds.push(Kind::of(h[0]).unwrap());
+        tx.handle_sent(now, b());
+        repair.extend(std::iter::from_fn(|| tx.poll_transmit()));
+    }
+    assert!(kinds.iter().all(|k| *k == Kind::Held), "{kinds:?}");
+    // The exchange's window was closed and repaired when the answer's first datagram went
+    // out: its repair restores a lost acknowledgement.
+    assert_eq!(tx.stats().windows, 1, "{:?}", tx.stats());
+    let ack = {
+        let mut w = wire::Header {
+            kind: Kind::Kept,
+            seq: 1,
+            loss: wire::LossReport::UNKNOWN,
+        }
+        .emit()
+        .to_vec();
+        w.extend_from_slice(&acks[1]);
+        w
+    };
+    assert!(matches!(
+        rx.handle_recv(now, a(), &ack),
+        Received::Data { .. }
+    ));
+    for (_, d) in &repair {
+        assert_eq!(rx.handle_recv(now, a(), d), Received::Repair);
+    }
+    let restored: Vec<Vec<u8>> = std::iter::from_fn(|| rx.poll_recovered())
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(restored, [acks[0].clone()]);
+}
