@@ -489,6 +489,9 @@ struct Peer {
     fresh: bool,
     /// When the application last wrote towards the peer.
     last_write: Option<Instant>,
+    /// The application said it has nothing more for now, and wrote nothing since
+    /// ([`Fec::handle_writer_idle`]).
+    writer_idle: bool,
     /// The peer's measurement of the loss of what we send it.
     reported: LossReport,
     /// The peer's probes say it holds back for long blocks.
@@ -529,6 +532,7 @@ impl Peer {
             sent: 0,
             fresh: false,
             last_write: None,
+            writer_idle: false,
             reported: LossReport::UNKNOWN,
             peer_holds: false,
             long: false,
@@ -598,6 +602,9 @@ impl Peer {
             && self.written <= self.sent;
         let gap = if finished {
             self.params.idle_gap.min(EXCHANGE_GAP)
+        } else if self.long && self.writer_idle && self.written <= self.sent {
+            // The application said it has nothing more for now and all of it went out.
+            Duration::ZERO
         } else {
             self.params.idle_gap
         };
@@ -890,6 +897,11 @@ impl Fec {
         let Some(peer) = self.peers.get_mut(&dest) else {
             return;
         };
+        if peer.long && peer.writer_idle && peer.written <= peer.sent {
+            // The transfer ended (see `Fec::handle_writer_idle`).
+            self.repair(now, dest);
+            return;
+        }
         if peer.long && peer.written - peer.sent > peer.params.long_tail {
             // The application wrote more than a long block's tail since the window opened:
             // this is no end of a transfer, so the window is closed (and repaired) now.
@@ -925,7 +937,22 @@ impl Fec {
         peer.fresh |= bytes > 0;
         if bytes > 0 {
             peer.last_write = Some(now);
+            peer.writer_idle = false;
         }
+    }
+
+    /// The application has nothing more to write towards `dest` for now (it flushed what it
+    /// had and waits for its own input). A long block is then repaired as soon as all that
+    /// was written went out — at once if it did already — rather than after the idle gap:
+    /// the receiver may be holding the transfer's last datagrams back for that repair (a
+    /// 1 MB DOC-like file at 44 Mbit/s, 300 ms, 5 % loss: the repair left 6.4 ms after the
+    /// last datagram with the idle gap). Any write clears it. (It cannot come from timing
+    /// alone: the start of a burst, where coding sets the pace, leaves the link idle for up
+    /// to 5 ms with everything written sent; a 1 ms timer split a transfer's long block
+    /// there into blocks of 13 to 32 datagrams.)
+    pub fn handle_writer_idle(&mut self, now: Instant, dest: SocketAddr) {
+        let peer = self.peer(now, dest);
+        peer.writer_idle = true;
     }
 
     /// Takes back the last `sent` [`Fec::handle_send`] calls to `dest`, of which `kept` returned

@@ -1336,3 +1336,39 @@ fn a_transfer_after_a_short_exchange_opens_a_long_block_of_its_own() {
         .collect();
     assert_eq!(restored, [acks[0].clone()]);
 }
+
+#[test]
+fn a_long_block_is_repaired_at_its_last_datagram_once_the_writer_is_idle() {
+    let run = |idle: bool| {
+        let mut tx = Fec::new(Config::default());
+        tx.configure(b(), holding());
+        probe_from(&mut tx, b(), t0(), true);
+        let mut now = t0();
+        tx.handle_written(now, b(), 200 * 1200);
+        if idle {
+            // The writer flushed it all and waits: said before the link has sent it.
+            tx.handle_writer_idle(now, b());
+        }
+        let kinds = send_writing(&mut tx, &mut now, 200, 0, 1);
+        assert!(kinds.iter().all(|k| *k == Kind::Held));
+        (
+            tx.poll_transmit().is_some(),
+            tx.poll_timeout().map(|t| t - now),
+        )
+    };
+    // Idle: the repair is queued as the last datagram goes out.
+    assert!(run(true).0);
+    // Not said: it waits for the idle gap.
+    assert_eq!(run(false), (false, Some(holding().idle_gap)));
+    // Said once everything already went out: due at once. A write clears it.
+    let mut tx = Fec::new(Config::default());
+    tx.configure(b(), holding());
+    probe_from(&mut tx, b(), t0(), true);
+    let mut now = t0();
+    tx.handle_written(now, b(), 50 * 1200);
+    send_writing(&mut tx, &mut now, 50, 0, 1);
+    tx.handle_writer_idle(now, b());
+    assert_eq!(tx.poll_timeout(), Some(now));
+    tx.handle_written(now, b(), 1200);
+    assert_eq!(tx.poll_timeout(), Some(now + holding().idle_gap));
+}

@@ -253,6 +253,16 @@ impl WriteMeter {
             }
         }
     }
+
+    /// The writer flushed everything it had and now waits for its own input: a transfer
+    /// that ended is repaired as soon as its last datagram went out, not after the idle gap.
+    pub fn idle(&self) {
+        if let Some((fec, conn)) = &self.target {
+            if let Some(fec) = fec.upgrade() {
+                fec.note_idle(conn.remote_address());
+            }
+        }
+    }
 }
 
 /// A handshake the endpoint refused or that failed, from [`Endpoint::next_refusal`].

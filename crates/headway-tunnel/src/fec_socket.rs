@@ -121,6 +121,22 @@ impl FecSocket {
         state.fec.handle_written(SystemClock::now(), addr, cost);
     }
 
+    /// The application has nothing more to write towards `addr` for now (see
+    /// `headway_fec::Fec::handle_writer_idle`); wakes the repair task if that makes a long
+    /// block's repair due.
+    pub(crate) fn note_idle(&self, addr: std::net::SocketAddr) {
+        let mut state = self.lock();
+        let State {
+            fec, task_wakes_at, ..
+        } = &mut *state;
+        fec.handle_writer_idle(SystemClock::now(), addr);
+        let wake = earlier_deadline(fec, task_wakes_at);
+        drop(state);
+        if wake {
+            self.wake.notify_one();
+        }
+    }
+
     /// The loss to and from `addr` (see `headway_fec::Fec::path_loss`).
     pub(crate) fn path_loss(&self, addr: std::net::SocketAddr) -> (Option<f64>, Option<f64>) {
         self.lock().fec.path_loss(addr)

@@ -352,6 +352,7 @@ async fn upstream(
     let mut last_at_once: Option<tokio::time::Instant> = None;
     let mut chunks_seen = ChunksSeen::default();
     let mut turns = Turns::default();
+    let mut idle_due = false;
     loop {
         let mut wrote = false;
         while let Some(b) = enc.poll_transmit() {
@@ -364,6 +365,12 @@ async fn upstream(
         }
         if wrote {
             turns.handed_over().await;
+        }
+        if idle_due {
+            // Everything read was flushed and written: the tunnel's FEC repairs the end of
+            // this transfer as soon as it went out.
+            meter.idle();
+            idle_due = false;
         }
         chunks_seen.count(&enc, c.group);
         if lan_eof && local_done && peer_done {
@@ -405,6 +412,7 @@ async fn upstream(
                 if n == 0 {
                     coding(level, || enc.finish());
                     lan_eof = true;
+                    idle_due = true;
                 } else {
                     c.lan_in(n as u64);
                     coding(level, || enc.handle_data(&buf[..n])).map_err(PumpError::Encode)?;
@@ -417,10 +425,12 @@ async fn upstream(
                 coding(level, || enc.flush());
                 unflushed = 0;
                 last_at_once = Some(tokio::time::Instant::now());
+                idle_due = true;
             }
             () = pause, if unflushed > 0 && !lan_eof => {
                 coding(level, || enc.flush());
                 unflushed = 0;
+                idle_due = true;
             }
         }
     }
