@@ -83,9 +83,13 @@
 //! [`PathParams::long_tail`] ([`LONG_TAIL_SHARE`] of the bandwidth-delay product) is unsent.
 //! Such a window closes at [`PathParams::long_block`] datagrams ([`LONG_SHARE`] of the
 //! bandwidth-delay product, so that its repair comes well within [`PathParams::hold`]) or
-//! when the burst ends, and is always repaired: the receiver may be waiting for it.
-//! (A long window of acknowledgements — one the application's last request opened — closes
-//! at [`PathParams::block`] like any.) The sender makes long windows only for a peer whose
+//! when the burst ends — at its last datagram if the application said it has nothing more
+//! ([`Fec::handle_writer_idle`]), else after the idle gap — and is always repaired: the
+//! receiver may be waiting for it. (A long window of acknowledgements — one the
+//! application's last request opened — closes at [`PathParams::block`] like any.) A
+//! transfer whose first datagram finds a short exchange's window open (its request's
+//! acknowledgements) closes and repairs that window first, so that the transfer's own window
+//! may be long. The sender makes long windows only for a peer whose
 //! probes carry the flag that it holds back (a byte after the probe's header, which older
 //! receivers ignore), and a receiver holds back only with a non-zero [`PathParams::hold`].
 //! Data delivered to QUIC late costs nothing: a stream cannot deliver bytes past a hole
