@@ -89,9 +89,9 @@
 //! application's last request opened — closes at [`PathParams::block`] like any.) A
 //! transfer whose first datagram finds a short exchange's window open (its request's
 //! acknowledgements) closes and repairs that window first, so that the transfer's own window
-//! may be long. The sender makes long windows only for a peer whose
-//! probes carry the flag that it holds back (a byte after the probe's header, which older
-//! receivers ignore), and a receiver holds back only with a non-zero [`PathParams::hold`].
+//! may be long. The sender makes long windows only for a peer whose probes carry the flag
+//! that it holds back (a byte after the probe's header, which older receivers ignore), and a
+//! receiver holds back only with a non-zero [`PathParams::hold`].
 //! Data delivered to QUIC late costs nothing: a stream cannot deliver bytes past a hole
 //! anyway, and the sender has nothing left to send that the acknowledgements would release.
 //!
