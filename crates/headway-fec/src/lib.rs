@@ -1166,6 +1166,8 @@ impl Fec {
         self.repair_window(now, addr, true);
     }
 
+    /// Sends the repair of `addr`'s open window and closes it; `exchange`: the window is a
+    /// short exchange a transfer follows, repaired even though more than the tail is unsent.
     fn repair_window(&mut self, now: Instant, addr: SocketAddr, exchange: bool) {
         let cfg = &self.config;
         let Some(peer) = self.peers.get_mut(&addr) else {

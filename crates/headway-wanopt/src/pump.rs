@@ -367,8 +367,9 @@ async fn upstream(
             turns.handed_over().await;
         }
         if idle_due {
-            // Everything read was flushed and written: the tunnel's FEC repairs the end of
-            // this transfer as soon as it went out.
+            // Everything read was flushed and written, and the next read waits for the LAN:
+            // the tunnel's FEC repairs the end of a long block as soon as all of it went out
+            // (any later write takes the notice back).
             meter.idle();
             idle_due = false;
         }
