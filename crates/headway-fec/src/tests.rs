@@ -867,10 +867,24 @@ impl Handed {
 fn transfer(
     tx: &mut Fec,
     rx: &mut Fec,
+    now: Instant,
+    sizes: &[usize],
+    lose: &[usize],
+    lose_repair: &[usize],
+) -> (Vec<Kind>, Handed) {
+    transfer_idle(tx, rx, now, sizes, lose, lose_repair, None)
+}
+
+/// [`transfer`], the writer saying it is idle ([`Fec::handle_writer_idle`]) before datagram
+/// `idle_at` is sent (after the last one: `sizes.len()`).
+fn transfer_idle(
+    tx: &mut Fec,
+    rx: &mut Fec,
     mut now: Instant,
     sizes: &[usize],
     lose: &[usize],
     lose_repair: &[usize],
+    idle_at: Option<usize>,
 ) -> (Vec<Kind>, Handed) {
     let total: usize = sizes.iter().sum();
     tx.handle_written(now, b(), total as u64);
@@ -891,6 +905,9 @@ fn transfer(
     };
     for (i, &len) in sizes.iter().enumerate() {
         now += Duration::from_micros(100);
+        if idle_at == Some(i) {
+            tx.handle_writer_idle(now, b());
+        }
         let payload = datagram(i, len);
         let h = tx.handle_send(now, b(), &payload);
         kinds.push(Kind::of(h[0]).unwrap());
@@ -909,6 +926,9 @@ fn transfer(
             handed.take(rx, sizes);
         }
         deliver_repair(tx, rx, now, &mut handed);
+    }
+    if idle_at == Some(sizes.len()) {
+        tx.handle_writer_idle(now, b());
     }
     // The burst's end, then every hold's.
     for _ in 0..sizes.len() + 2 {
@@ -1075,14 +1095,16 @@ fn the_datagrams_a_receiver_holds_are_bounded_and_released_by_a_later_window() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
-    /// Whatever is lost (data and repair), everything that arrives is handed on exactly once
-    /// and unchanged, restored datagrams too, and nothing waits once the holds have run out.
+    /// Whatever is lost (data and repair), and wherever the writer says it is idle,
+    /// everything that arrives is handed on exactly once and unchanged, restored datagrams
+    /// too, and nothing waits once the holds have run out.
     #[test]
     fn holding_back_never_loses_or_repeats_a_datagram(
         n in 1usize..700,
         lose in proptest::collection::vec(0usize..700, 0..40),
         lose_repair in proptest::collection::vec(0usize..64, 0..8),
         holds in any::<bool>(),
+        idle_at in proptest::option::of(0usize..701),
     ) {
         // A receiver cannot tell the very first datagram it would hear from a sender is
         // missing (on a tunnel, the handshake always comes first).
@@ -1093,7 +1115,10 @@ proptest! {
         rx.configure(a(), holding());
         probe_from(&mut tx, b(), t0(), holds);
         let sizes: Vec<usize> = (0..n).map(|i| 100 + (i * 37) % 1300).collect();
-        let (_, handed) = transfer(&mut tx, &mut rx, t0(), &sizes, &lose, &lose_repair);
+        // The writer may also say it is idle, anywhere in the transfer or after it.
+        let idle_at = idle_at.map(|i| i.min(n));
+        let (_, handed) =
+            transfer_idle(&mut tx, &mut rx, t0(), &sizes, &lose, &lose_repair, idle_at);
         let mut seen: Vec<usize> = handed.order.iter().map(|(i, _)| *i).collect();
         seen.sort_unstable();
         let mut dedup = seen.clone();
