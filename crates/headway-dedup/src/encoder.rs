@@ -47,7 +47,10 @@
 //! after the last datagram: 69–75 ms past one RTT, where the DOC goodput target asks
 //! for 66. Handing the encoder a 64 KiB read in 16 KiB pieces, each closed frame written at
 //! once, sent the first datagram earlier but left the total unchanged (median 72.0 ms
-//! against 71.5): the link waited for the following frames instead.
+//! against 71.5): the link waited for the following frames instead. (A capture on another
+//! lab VM found the link never idle after the first datagram, which left 1.45 ms after the
+//! server's first byte, and the download at the target: how much coding costs at the start
+//! depends on the host.)
 //!
 //! A literal frame that follows a known chunk P is compressed against a dictionary: the chunks
 //! that followed P the last time (up to the frame's size + 8 KiB, at most 64 chunks), i.e. the

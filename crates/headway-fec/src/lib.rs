@@ -589,6 +589,12 @@ impl Peer {
             && writer_done
     }
 
+    /// Whether a long block's transfer ended: the application said it has nothing more for
+    /// now and all it wrote went out (see [`Fec::handle_writer_idle`]).
+    fn transfer_ended(&self) -> bool {
+        self.long && self.writer_idle && self.written <= self.sent
+    }
+
     /// Whether the open window's datagrams went out as [`Kind::Held`]: the peer may be
     /// holding datagrams back for its repair, which must come.
     fn holds_back(&self) -> bool {
@@ -606,8 +612,7 @@ impl Peer {
             && self.written <= self.sent;
         let gap = if finished {
             self.params.idle_gap.min(EXCHANGE_GAP)
-        } else if self.long && self.writer_idle && self.written <= self.sent {
-            // The application said it has nothing more for now and all of it went out.
+        } else if self.transfer_ended() {
             Duration::ZERO
         } else {
             self.params.idle_gap
@@ -901,8 +906,7 @@ impl Fec {
         let Some(peer) = self.peers.get_mut(&dest) else {
             return;
         };
-        if peer.long && peer.writer_idle && peer.written <= peer.sent {
-            // The transfer ended (see `Fec::handle_writer_idle`).
+        if peer.transfer_ended() {
             self.repair(now, dest);
             return;
         }

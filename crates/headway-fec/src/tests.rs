@@ -795,6 +795,14 @@ fn holding() -> PathParams {
     }
 }
 
+/// A sender towards `b()` on [`holding`] paths whose receiver's probe said it holds back.
+fn holding_tx() -> Fec {
+    let mut tx = Fec::new(Config::default());
+    tx.configure(b(), holding());
+    probe_from(&mut tx, b(), t0(), true);
+    tx
+}
+
 /// A probe from `from` saying whether its sender holds back for long blocks.
 fn probe_from(to: &mut Fec, from: SocketAddr, now: Instant, holds: bool) {
     let mut d = wire::Header {
@@ -1268,12 +1276,6 @@ fn send_writing(tx: &mut Fec, now: &mut Instant, n: usize, chunk: u64, every: us
 
 #[test]
 fn long_blocks_wait_for_the_application_to_stop_writing() {
-    let holding_tx = || {
-        let mut tx = Fec::new(Config::default());
-        tx.configure(b(), holding());
-        probe_from(&mut tx, b(), t0(), true);
-        tx
-    };
     // Everything written at once: the transfer's last 600 datagrams' worth goes in long
     // blocks (the writer has been quiet for far longer than RTT / 8 by then).
     let mut tx = holding_tx();
@@ -1308,11 +1310,9 @@ fn long_blocks_wait_for_the_application_to_stop_writing() {
 
 #[test]
 fn a_transfer_after_a_short_exchange_opens_a_long_block_of_its_own() {
-    let mut tx = Fec::new(Config::default());
+    let mut tx = holding_tx();
     let mut rx = Fec::new(Config::default());
-    tx.configure(b(), holding());
     rx.configure(a(), holding());
-    probe_from(&mut tx, b(), t0(), true);
     let mut now = t0();
     // The acknowledgements of a request (nothing written): a short exchange's window.
     let acks: Vec<Vec<u8>> = (0..2).map(|i| datagram(i, 40)).collect();
@@ -1325,15 +1325,8 @@ fn a_transfer_after_a_short_exchange_opens_a_long_block_of_its_own() {
     // The answer comes 2 ms later, within the exchange gap: 300 datagrams, one long block.
     now += Duration::from_millis(2);
     tx.handle_written(now, b(), 300 * 1200);
-    let mut kinds = Vec::new();
-    let mut repair = Vec::new();
-    for i in 0..300 {
-        now += Duration::from_micros(100);
-        let h = tx.handle_send(now, b(), &datagram(i, 1200));
-        kinds.push(Kind::of(h[0]).unwrap());
-        tx.handle_sent(now, b());
-        repair.extend(std::iter::from_fn(|| tx.poll_transmit()));
-    }
+    let kinds = send_writing(&mut tx, &mut now, 300, 0, 1);
+    let repair: Vec<_> = std::iter::from_fn(|| tx.poll_transmit()).collect();
     assert!(kinds.iter().all(|k| *k == Kind::Held), "{kinds:?}");
     // The exchange's window was closed and repaired when the answer's first datagram went
     // out: its repair restores a lost acknowledgement.
@@ -1365,9 +1358,7 @@ fn a_transfer_after_a_short_exchange_opens_a_long_block_of_its_own() {
 #[test]
 fn a_long_block_is_repaired_at_its_last_datagram_once_the_writer_is_idle() {
     let run = |idle: bool| {
-        let mut tx = Fec::new(Config::default());
-        tx.configure(b(), holding());
-        probe_from(&mut tx, b(), t0(), true);
+        let mut tx = holding_tx();
         let mut now = t0();
         tx.handle_written(now, b(), 200 * 1200);
         if idle {
@@ -1386,9 +1377,7 @@ fn a_long_block_is_repaired_at_its_last_datagram_once_the_writer_is_idle() {
     // Not said: it waits for the idle gap.
     assert_eq!(run(false), (false, Some(holding().idle_gap)));
     // Said once everything already went out: due at once. A write clears it.
-    let mut tx = Fec::new(Config::default());
-    tx.configure(b(), holding());
-    probe_from(&mut tx, b(), t0(), true);
+    let mut tx = holding_tx();
     let mut now = t0();
     tx.handle_written(now, b(), 50 * 1200);
     send_writing(&mut tx, &mut now, 50, 0, 1);
