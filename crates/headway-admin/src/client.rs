@@ -121,6 +121,11 @@ impl Client {
         }
     }
 
+    /// `GET /api/v1/links`, as JSON.
+    pub fn links_json(&self) -> Result<serde_json::Value, ClientError> {
+        self.json("GET", "/api/v1/links", Body::None)
+    }
+
     /// `GET /api/v1/links`.
     pub fn links(&self) -> Result<Vec<LinkViewJson>, ClientError> {
         #[derive(Deserialize)]

@@ -43,7 +43,11 @@ pub enum CtlCommand {
     /// Check that the instance answers, and list its links.
     Status,
     /// Show every link direction's parameters and counters.
-    Links,
+    Links {
+        /// Print the API's JSON (every counter of each direction) instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show or change one link.
     #[command(subcommand)]
     Link(LinkCommand),
@@ -244,7 +248,11 @@ pub fn run_to(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                 names.join(", ")
             )?;
         }
-        CtlCommand::Links => {
+        CtlCommand::Links { json: true } => {
+            let v = client.links_json()?;
+            writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        }
+        CtlCommand::Links { json: false } => {
             let links = client.links()?;
             write_table(out, &links)?;
         }

@@ -543,6 +543,16 @@ fn ctl_prints_tables_and_changes_links() {
         ]
     );
 
+    // The JSON carries every counter (the table only some), for scripts and the lab's benches.
+    let json = ctl(&server, &["--token", "t0ken", "links", "--json"]).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let links = v["links"].as_array().unwrap();
+    assert_eq!(links.len(), 2, "{json}");
+    assert_eq!(links[0]["name"], "wan");
+    assert_eq!(links[0]["stats"]["a_to_b"]["passed"], 10);
+    assert_eq!(links[0]["stats"]["a_to_b"]["lost"], 2);
+    assert_eq!(links[1]["name"], "lan");
+
     let out = ctl(
         &server,
         &[

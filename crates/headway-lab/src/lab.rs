@@ -420,6 +420,29 @@ impl Lab {
         set_link(&self.state, name, dir, &LinkSpec::from(params).to_string())
     }
 
+    /// The counters of link `name` as its emulator reports them (`headway ctl links --json`):
+    /// `{"a_to_b": {…}, "b_to_a": {…}}`, each direction's frames and bytes received, passed and
+    /// lost, queueing and timing summaries.
+    pub fn link_stats(&self, name: &str) -> Result<serde_json::Value> {
+        let (link, binary) = emulated_link(&self.state, name, "no link counters")?;
+        let out = ctl(binary, link, &["links", "--json"])?;
+        if !out.status.success() {
+            bail!(
+                "reading link `{name}`'s counters failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .with_context(|| format!("link `{name}`'s counters are not JSON"))?;
+        // One emulator per link: its only bridge is the link.
+        v["links"]
+            .as_array()
+            .and_then(|links| links.first())
+            .map(|l| l["stats"].clone())
+            .ok_or_else(|| anyhow!("link `{name}`'s emulator reports no link"))
+    }
+
     /// Tears the lab down now, reporting errors (dropping it does the same, silently).
     pub fn down(mut self) -> Result<()> {
         self.armed = false;
@@ -488,14 +511,7 @@ pub fn tail(text: &str, n: usize) -> String {
 /// Runs `headway ctl --admin http://127.0.0.1:PORT link set NAME --dir DIR SPEC` in the link's
 /// WAN namespace. `spec` is [`LinkSpec`] text and partial: keys it does not name stay as they are.
 pub fn set_link(state: &LabState, name: &str, dir: Dir, spec: &str) -> Result<()> {
-    let link = state.link(name).ok_or_else(|| {
-        let names: Vec<_> = state.links.iter().map(|l| l.name.as_str()).collect();
-        anyhow!("no link `{name}` in this lab (links: {})", names.join(", "))
-    })?;
-    let binary = state
-        .binary
-        .as_ref()
-        .ok_or_else(|| anyhow!("this lab runs no emulator (bridge mode): links cannot be set"))?;
+    let (link, binary) = emulated_link(state, name, "links cannot be set")?;
     let out = ctl(
         binary,
         link,
@@ -510,6 +526,24 @@ pub fn set_link(state: &LabState, name: &str, dir: Dir, spec: &str) -> Result<()
         );
     }
     Ok(())
+}
+
+/// Link `name` of the lab and the binary its emulator runs; `bridge_mode` says what cannot be
+/// done when the lab runs no emulator.
+fn emulated_link<'a>(
+    state: &'a LabState,
+    name: &str,
+    bridge_mode: &str,
+) -> Result<(&'a LinkState, &'a Path)> {
+    let link = state.link(name).ok_or_else(|| {
+        let names: Vec<_> = state.links.iter().map(|l| l.name.as_str()).collect();
+        anyhow!("no link `{name}` in this lab (links: {})", names.join(", "))
+    })?;
+    let binary = state
+        .binary
+        .as_deref()
+        .ok_or_else(|| anyhow!("this lab runs no emulator (bridge mode): {bridge_mode}"))?;
+    Ok((link, binary))
 }
 
 /// Runs `BINARY ctl --admin URL ARGS…` in `link`'s namespace.

@@ -327,7 +327,81 @@ struct Cell {
     /// The loss of the DC → branch path as the branch's FEC measured it by the end of the
     /// first pass (probes and data).
     first_path_loss: Option<f64>,
+    /// Frames and bytes the WAN link's DC → branch direction took in during the first pass,
+    /// as its emulator counted them: every datagram the link had to serialise (data, FEC
+    /// repair, QUIC's retransmissions, acknowledgements, probes), lost ones included — the
+    /// loss model drops after the rate limiter, so they took link time too.
+    first_link: LinkUse,
     second: Option<f64>,
+}
+
+/// What the WAN link's download direction (DC → branch) took in: frames and their bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct LinkUse {
+    frames: u64,
+    bytes: u64,
+}
+
+impl LinkUse {
+    /// The `wan` link's DC → branch counters now.
+    fn download(lab: &Lab) -> Result<LinkUse> {
+        Ok(LinkUse::of(&lab.link_stats("wan")?["b_to_a"]))
+    }
+
+    /// The counters of one direction in an emulator's stats.
+    fn of(direction: &serde_json::Value) -> LinkUse {
+        let count = |k: &str| direction[k].as_u64().unwrap_or(0);
+        LinkUse {
+            frames: count("received"),
+            bytes: count("received_bytes"),
+        }
+    }
+
+    /// What was taken in between `before` and `self`.
+    fn since(self, before: LinkUse) -> LinkUse {
+        LinkUse {
+            frames: self.frames.saturating_sub(before.frames),
+            bytes: self.bytes.saturating_sub(before.bytes),
+        }
+    }
+
+    /// Seconds the link's serialiser needed for these bytes at `rate_mbps` (the lab's cells
+    /// count no per-frame overhead).
+    fn seconds(self, rate_mbps: f64) -> f64 {
+        self.bytes as f64 * 8.0 / (rate_mbps * 1e6)
+    }
+}
+
+/// The first pass on the link, from its counters: frames · their serialisation time (ms) ·
+/// that time over the download less one RTT (how busy the link was) · link bytes per WAN
+/// (tunnel stream) byte (the cost of headers, FEC repair and retransmissions) · the DOC
+/// target's time for the download less one RTT (WAN bytes at 0.9 × rate × (1 − loss)) over
+/// the serialisation time — below 1, the target asked for less time than the link needed to
+/// carry this run's datagrams, however busy it was kept.
+fn link_column(cell: &Cell, rate_mbps: f64, rtt_s: f64, loss_pct: f64) -> String {
+    let link = cell.first_link;
+    if link.frames == 0 {
+        return "–".into();
+    }
+    let busy = link.seconds(rate_mbps);
+    let per_wan = if cell.first_traffic.wan > 0 {
+        format!("{:.3}", link.bytes as f64 / cell.first_traffic.wan as f64)
+    } else {
+        "–".into()
+    };
+    let allowed =
+        cell.first_traffic.wan as f64 * 8.0 / (0.9 * rate_mbps * 1e6 * (1.0 - loss_pct / 100.0));
+    format!(
+        "{} · {:.1} · {} · {} · {:.2}",
+        link.frames,
+        busy * 1000.0,
+        cell.first.map_or_else(
+            || "–".into(),
+            |t| format!("{:.2}", busy / (t - rtt_s).max(1e-6))
+        ),
+        per_wan,
+        allowed / busy.max(1e-9)
+    )
 }
 
 /// One optimized run of a cell: both stores wiped, the pair started, the file fetched twice
@@ -349,7 +423,9 @@ fn optimized_run(
     pair.start_both()?;
     warm_origin(lab, exe, listen, file)?;
     let before = pair.traffic(Side::Branch)?;
+    let link_before = LinkUse::download(lab)?;
     let first = timed_fetch(lab, exe, listen, file, &format!("{label} 1st"), timeout)?;
+    cell.first_link = LinkUse::download(lab)?.since(link_before);
     let after = pair.stats(Side::Branch)?;
     cell.first_traffic = Traffic::of(&after).since(before);
     cell.first_fec_restored = after["tunnel"]["fec_recovered"].as_u64().unwrap_or(0);
@@ -484,14 +560,14 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
         "Command: `headway bench wanopt file-download{}`\n",
         args.describe()
     )?;
-    writeln!(md, "Each cell: the baseline with both appliances stopped (the branch and DC hosts only route), then both stores wiped, both appliances started (transparent interception, class {}), and the file downloaded twice ({}). Every download is checked byte for byte (SHA-256). Targets: second pass ≤ 2 × RTT + 0.1 s; first-pass goodput on PDF-like (incompressible) files ≥ 0.9 × rate × (1 − loss). Goodput is given over the whole download (request round trip included), over the body alone (from the response header on), and over the download less one RTT (stricter: the earliest a first byte can arrive; the body's time flatters a cell where a loss delayed the response header while the body behind it arrived on time). For DOC-like (compressible) files the target is a first pass faster than 0.9 × rate × (1 − loss) by the data reduction: the 1st-pass reduction is the branch appliance's LAN bytes / WAN bytes (tunnel stream bytes, both directions) during the first download, and the next column is goodput / (0.9 × rate × (1 − loss) × reduction), met at ≥ 1 (for PDF-like files it is shown too; their reduction is about 1).\n", args.class, if args.repeats > 1 { format!("all of it {} times: each row shows the run with the median first pass, whose counters the other columns give, and the median second pass; the 1st-pass column lists every run's first pass in brackets", args.repeats) } else { "once".to_string() })?;
-    writeln!(md, "| Mbit/s | RTT ms | loss % | file | baseline (s) | 1st pass (s) | 2nd pass (s) | 1st-pass goodput / (rate × (1−loss)): whole · body · time−RTT | 1st-pass reduction (LAN/WAN) | 1st-pass goodput / (0.9 × rate × (1−loss) × reduction): whole · body · time−RTT (DOC target ≥ 1) | 2nd ≤ 2·RTT+0.1 s | 1st pass: FEC repair sent · restored · held back/given up · QUIC packets sent · resent · DC congestion-control decreases (delay/loss/persistent) · DC → branch loss the branch measured | seed baseline / 1st / 2nd (s) |")?;
+    writeln!(md, "Each cell: the baseline with both appliances stopped (the branch and DC hosts only route), then both stores wiped, both appliances started (transparent interception, class {}), and the file downloaded twice ({}). Every download is checked byte for byte (SHA-256). Targets: second pass ≤ 2 × RTT + 0.1 s; first-pass goodput on PDF-like (incompressible) files ≥ 0.9 × rate × (1 − loss). Goodput is given over the whole download (request round trip included), over the body alone (from the response header on), and over the download less one RTT (stricter: the earliest a first byte can arrive; the body's time flatters a cell where a loss delayed the response header while the body behind it arrived on time). For DOC-like (compressible) files the target is a first pass faster than 0.9 × rate × (1 − loss) by the data reduction: the 1st-pass reduction is the branch appliance's LAN bytes / WAN bytes (tunnel stream bytes, both directions) during the first download, and the next column is goodput / (0.9 × rate × (1 − loss) × reduction), met at ≥ 1 (for PDF-like files it is shown too; their reduction is about 1). The link column is read from the WAN emulator's counters of the DC → branch direction during the first pass: every frame it had to serialise (data, FEC repair, QUIC's retransmissions and acknowledgements, probes; lost frames too, since loss is applied after the rate limiter), their serialisation time at the cell's rate, that time over the download less one RTT (how busy the link was), link bytes per WAN byte (what IP, UDP, QUIC and FEC headers, repair and retransmissions add to the tunnel's stream bytes), and the DOC target's time for the download less one RTT over the link time: below 1, the target allowed less time than the link needed to carry the datagrams this run sent, even kept busy from the first instant to the last.\n", args.class, if args.repeats > 1 { format!("all of it {} times: each row shows the run with the median first pass, whose counters the other columns give, and the median second pass; the 1st-pass column lists every run's first pass in brackets", args.repeats) } else { "once".to_string() })?;
+    writeln!(md, "| Mbit/s | RTT ms | loss % | file | baseline (s) | 1st pass (s) | 2nd pass (s) | 1st-pass goodput / (rate × (1−loss)): whole · body · time−RTT | 1st-pass reduction (LAN/WAN) | 1st-pass goodput / (0.9 × rate × (1−loss) × reduction): whole · body · time−RTT (DOC target ≥ 1) | 2nd ≤ 2·RTT+0.1 s | 1st pass: FEC repair sent · restored · held back/given up · QUIC packets sent · resent · DC congestion-control decreases (delay/loss/persistent) · DC → branch loss the branch measured | 1st pass on the link DC → branch: frames · link time (ms) · link time / (time−RTT) · link bytes / WAN byte · DOC target time / link time | seed baseline / 1st / 2nd (s) |")?;
     writeln!(
         md,
-        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|:---:|---:|---|"
+        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---|"
     )?;
     let mut csv = String::from(
-        "bandwidth_mbps,rtt_ms,loss_pct,file,baseline_s,first_pass_s,second_pass_s,first_pass_lan_bytes,first_pass_wan_bytes,first_pass_fec_restored,seed_baseline_s,seed_first_pass_s,seed_second_pass_s,measured_loss_pct,first_pass_quic_resent,first_pass_fec_repair_sent,first_pass_quic_sent,first_pass_cc_delay_decreases,first_pass_cc_loss_decreases,first_pass_cc_persistent,first_pass_runs_s\n",
+        "bandwidth_mbps,rtt_ms,loss_pct,file,baseline_s,first_pass_s,second_pass_s,first_pass_lan_bytes,first_pass_wan_bytes,first_pass_fec_restored,seed_baseline_s,seed_first_pass_s,seed_second_pass_s,measured_loss_pct,first_pass_quic_resent,first_pass_fec_repair_sent,first_pass_quic_sent,first_pass_cc_delay_decreases,first_pass_cc_loss_decreases,first_pass_cc_persistent,first_pass_runs_s,first_pass_link_frames,first_pass_link_bytes\n",
     );
     let mut current: Option<(f64, u64, f64)> = None;
     let secs = |v: Option<f64>| {
@@ -591,7 +667,7 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
             );
             writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} |",
                 c.bandwidth_mbps,
                 c.rtt_ms,
                 c.loss_pct,
@@ -616,13 +692,14 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
                     _ => "NO",
                 },
                 restored_and_loss,
+                link_column(&cell, c.bandwidth_mbps, rtt_s, c.loss_pct),
                 c.baseline_s,
                 c.first_pass_s,
                 c.second_pass_s
             )?;
             writeln!(
                 csv,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 c.bandwidth_mbps,
                 c.rtt_ms,
                 c.loss_pct,
@@ -648,7 +725,9 @@ fn file_download(args: FileDownloadArgs) -> Result<()> {
                     .iter()
                     .map(|r| raw(*r))
                     .collect::<Vec<_>>()
-                    .join(" ")
+                    .join(" "),
+                cell.first_link.frames,
+                cell.first_link.bytes
             )?;
             done += 1;
             super::save_report(&args.out, "file-download", &md, &csv)?;
@@ -774,5 +853,42 @@ mod tests {
         ]);
         assert_eq!((even.first, even.second), (Some(4.0), Some(2.0)));
         assert_eq!(median_run(Vec::new()).1, Vec::<Option<f64>>::new());
+    }
+
+    #[test]
+    fn the_link_column_compares_the_target_with_the_link_time_the_datagrams_took() {
+        // An emulator's direction counters, as `ctl links --json` gives them.
+        let at = |frames: u64, bytes: u64| {
+            LinkUse::of(&serde_json::json!({
+                "received": frames, "received_bytes": bytes, "passed": frames, "lost": 0
+            }))
+        };
+        let link = at(1_240, 1_500_000).since(at(40, 300_000));
+        assert_eq!(
+            link,
+            LinkUse {
+                frames: 1_200,
+                bytes: 1_200_000
+            }
+        );
+        // Counters that went down (an emulator restarted) count as nothing.
+        assert_eq!(at(1, 1).since(at(2, 2)), LinkUse::default());
+        // 1.2 MB at 48 Mbit/s: 200 ms on the link; the download took 250 ms past one RTT;
+        // 1.08 MB of tunnel stream bytes at 0.9 × 48 Mbit/s × (1 − 10 %) is 222 ms.
+        let cell = Cell {
+            first: Some(0.35),
+            first_link: link,
+            first_traffic: Traffic {
+                lan: 3_000_000,
+                wan: 1_080_000,
+            },
+            ..Cell::default()
+        };
+        assert_eq!(
+            link_column(&cell, 48.0, 0.1, 10.0),
+            "1200 · 200.0 · 0.80 · 1.111 · 1.11"
+        );
+        // A run without counters (no frame seen) shows none.
+        assert_eq!(link_column(&Cell::default(), 48.0, 0.1, 0.0), "–");
     }
 }
