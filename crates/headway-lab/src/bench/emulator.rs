@@ -77,7 +77,7 @@ pub fn run(args: EmulatorArgs) -> Result<()> {
     let lab = Lab::up(options(LinkSetting::symmetric(shaping.clone())))?;
     let server = iperf_server(&lab)?;
     let shaped = iperf(&lab, &wan_addr, &secs, &[])?;
-    let stats = link_stats(&lab)?;
+    let stats = lab.link_stats("wan")?;
     drop(server);
     lab.down()?;
 
@@ -196,21 +196,6 @@ pub(crate) fn iperf(lab: &Lab, addr: &str, secs: &str, extra: &[&str]) -> Result
     v["end"]["sum_received"]["bits_per_second"]
         .as_f64()
         .context("iperf3 JSON has no end.sum_received.bits_per_second")
-}
-
-/// The emulator's stats for link `wan`, from its admin API inside the WAN namespace.
-pub(crate) fn link_stats(lab: &Lab) -> Result<Value> {
-    let link = lab.state().link("wan").context("no link `wan`")?;
-    let url = format!("http://127.0.0.1:{}/api/v1/links/wan", link.admin_port);
-    let out = lab.exec("wan", &["curl", "-sf", &url])?;
-    if !out.status.success() {
-        bail!(
-            "reading {url} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let v: Value = serde_json::from_slice(&out.stdout).context("admin API returned no JSON")?;
-    Ok(v["stats"].clone())
 }
 
 /// Fails with the setup hint when `program` is not on the PATH.

@@ -314,15 +314,15 @@ struct Cell {
     /// Datagrams the branch appliance held back behind a missing datagram of a long FEC block
     /// during the first pass, and the missing datagrams it gave up on.
     first_fec_held: (u64, u64),
-    /// QUIC packets the DC appliance declared lost and sent again by the end of the first
-    /// pass (with FEC, some of them were restored too: the repair came too late).
+    /// QUIC packets the DC appliance declared lost and sent again during the first pass
+    /// (with FEC, some of them were restored too: the repair came too late).
     first_resent: u64,
-    /// FEC repair shards the DC appliance sent by the end of the first pass (probes excluded).
+    /// FEC repair shards the DC appliance sent during the first pass (probes excluded).
     first_repair_sent: u64,
-    /// QUIC packets the DC appliance sent by the end of the first pass.
+    /// QUIC packets the DC appliance sent during the first pass.
     first_sent: u64,
     /// The DC appliance's congestion-control decreases (queueing delay, clustered loss,
-    /// persistent congestion) by the end of the first pass.
+    /// persistent congestion) during the first pass.
     first_cc: (u64, u64, u64),
     /// The loss of the DC → branch path as the branch's FEC measured it by the end of the
     /// first pass (probes and data).
@@ -422,18 +422,26 @@ fn optimized_run(
     }
     pair.start_both()?;
     warm_origin(lab, exe, listen, file)?;
-    let before = pair.traffic(Side::Branch)?;
+    // The tunnel's counters run from the appliances' start (the handshake and the start-up
+    // probe train included): each is read before and after, and the first pass is the
+    // difference.
+    let branch_before = pair.stats(Side::Branch)?;
+    let dc_before = pair.stats(Side::Dc)?;
     let link_before = LinkUse::download(lab)?;
     let first = timed_fetch(lab, exe, listen, file, &format!("{label} 1st"), timeout)?;
     cell.first_link = LinkUse::download(lab)?.since(link_before);
     let after = pair.stats(Side::Branch)?;
-    cell.first_traffic = Traffic::of(&after).since(before);
-    cell.first_fec_restored = after["tunnel"]["fec_recovered"].as_u64().unwrap_or(0);
-    let branch_count = |name: &str| after["tunnel"][name].as_u64().unwrap_or(0);
+    let dc = pair.stats(Side::Dc)?;
+    cell.first_traffic = Traffic::of(&after).since(Traffic::of(&branch_before));
+    let grew = |now: &serde_json::Value, then: &serde_json::Value, name: &str| {
+        let count = |v: &serde_json::Value| v["tunnel"][name].as_u64().unwrap_or(0);
+        count(now).saturating_sub(count(then))
+    };
+    let branch_count = |name: &str| grew(&after, &branch_before, name);
+    cell.first_fec_restored = branch_count("fec_recovered");
     cell.first_fec_held = (branch_count("fec_held"), branch_count("fec_holes_given_up"));
     cell.first_path_loss = after["paths"][0]["loss_in"].as_f64();
-    let dc = pair.stats(Side::Dc)?;
-    let dc_count = |name: &str| dc["tunnel"][name].as_u64().unwrap_or(0);
+    let dc_count = |name: &str| grew(&dc, &dc_before, name);
     cell.first_resent = dc_count("packets_lost");
     cell.first_sent = dc_count("packets_sent");
     cell.first_repair_sent = dc_count("fec_repair_sent");

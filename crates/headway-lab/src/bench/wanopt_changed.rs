@@ -190,7 +190,7 @@ pub fn run(args: ChangedFileArgs) -> Result<()> {
 
 /// Bytes of the emulated link `wan` passed so far, both directions (frames, from its stats).
 fn link_bytes(lab: &Lab) -> Result<u64> {
-    let stats = super::emulator::link_stats(lab)?;
+    let stats = lab.link_stats("wan")?;
     let dir = |d: &str| stats[d]["passed_bytes"].as_u64();
     match (dir("a_to_b"), dir("b_to_a")) {
         (Some(a), Some(b)) => Ok(a + b),
