@@ -16,7 +16,13 @@
 //! data reduction (LAN bytes / WAN bytes, read from the branch appliance's counters just before
 //! and after the download) and its goodput as a fraction of `0.9 × rate × (1 − loss) ×
 //! reduction` — the target for DOC-like (compressible) files, met at ≥ 1; whether the
-//! second pass met `2 × RTT + 0.1 s`; and the seed's three numbers.
+//! second pass met `2 × RTT + 0.1 s`; the tunnel's counters of the first pass (FEC repair,
+//! restored and held-back datagrams, QUIC packets sent and resent, congestion decreases, each
+//! read before and after the download); what the first pass was on the link, from the WAN
+//! emulator's counters of the DC → branch direction (frames, their serialisation time, how
+//! busy that kept the link, link bytes per tunnel stream byte, and the DOC target's time over
+//! that link time, which tells a miss the link could not avoid from one where it idled); and
+//! the seed's three numbers.
 //! `headway bench wanopt correctness` (in `wanopt_correctness`) is the other half: many
 //! verified transfers both ways with restarts.
 //!
