@@ -116,5 +116,15 @@ fn file_download_reports_baseline_first_and_second_pass() {
     let runs: Vec<&str> = f[20].split(' ').collect();
     assert_eq!(runs.len(), 2, "{row}");
     assert!(runs.contains(&f[5]), "{row}");
+    // The first pass on the link, from the emulator's DC → branch counters: it carried the
+    // tunnel's stream bytes (both directions' are the WAN bytes, nearly all of them this way)
+    // and their headers, in frames no larger than an Ethernet frame of the 1,500-byte MTU.
+    let (wan, frames, link): (u64, u64, u64) = (
+        f[8].parse().unwrap(),
+        f[21].parse().unwrap(),
+        f[22].parse().unwrap(),
+    );
+    assert!(link > wan && wan > 100_000, "{row}");
+    assert!(frames >= link / 1514 && frames < link / 100, "{row}");
     let _ = std::fs::remove_dir_all(out);
 }
