@@ -435,12 +435,11 @@ impl Lab {
         }
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)
             .with_context(|| format!("link `{name}`'s counters are not JSON"))?;
-        // One emulator per link: its only bridge is the link.
         v["links"]
             .as_array()
-            .and_then(|links| links.first())
+            .and_then(|links| links.iter().find(|l| l["name"] == name))
             .map(|l| l["stats"].clone())
-            .ok_or_else(|| anyhow!("link `{name}`'s emulator reports no link"))
+            .ok_or_else(|| anyhow!("link `{name}`'s emulator does not report it"))
     }
 
     /// Tears the lab down now, reporting errors (dropping it does the same, silently).

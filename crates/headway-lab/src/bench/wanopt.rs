@@ -395,8 +395,9 @@ fn link_column(cell: &Cell, rate_mbps: f64, rtt_s: f64, loss_pct: f64) -> String
     } else {
         "–".into()
     };
-    let allowed =
-        cell.first_traffic.wan as f64 * 8.0 / (0.9 * rate_mbps * 1e6 * (1.0 - loss_pct / 100.0));
+    // The DOC target's time over the link time is the goodput of the stream bytes over the
+    // link time, against the DOC target's rate.
+    let fits = goodput_of_target(cell.first_traffic.wan, busy, rate_mbps, loss_pct, 0.9);
     format!(
         "{} · {:.1} · {} · {} · {:.2}",
         link.frames,
@@ -406,7 +407,7 @@ fn link_column(cell: &Cell, rate_mbps: f64, rtt_s: f64, loss_pct: f64) -> String
             |t| format!("{:.2}", busy / (t - rtt_s).max(1e-6))
         ),
         per_wan,
-        allowed / busy.max(1e-9)
+        fits
     )
 }
 
