@@ -255,7 +255,8 @@ pub fn sysctl(ns: &str, settings: &[(&str, &str)]) -> Result<(), NetnsError> {
     run(&argv).map(drop)
 }
 
-/// The offloads the lab turns off on every interface, so frames are real packets (GRO would
+/// The offloads the lab turns off on every interface whose frames an emulator reads (the
+/// WAN side of each host and appliance; LANs keep theirs), so frames are real packets (GRO would
 /// merge them, TSO/GSO would hand the emulator 64 KB "frames"), and finished ones: with transmit
 /// checksum offload (`tx`) a veth leaves TCP/UDP checksums to be completed "by the hardware"
 /// (CHECKSUM_PARTIAL), which never happens to a frame copied through AF_PACKET, so the receiver

@@ -281,6 +281,17 @@ impl Plan {
     pub fn is_wan(&self, role: &str) -> bool {
         self.links.iter().any(|l| l.role == role)
     }
+
+    /// Whether `veth` joins two hosts without an emulated link between them (a client and its
+    /// branch appliance, a data-centre appliance and its server). Such a LAN keeps the kernel's
+    /// offloads, as a production host's NICs do: no emulator reads its frames, and a router
+    /// segments and checksums in software what it forwards onto a WAN interface, whose
+    /// offloads are off. (With every interface's offloads off, an appliance handing the client
+    /// a 225 KiB frame of verified bytes spent 1.4 ms in one `writev`, segment by segment —
+    /// 2 % of a 1 MB download at 44 Mbit/s, beside 64.7 ms of link time.)
+    pub fn is_lan(&self, veth: &Veth) -> bool {
+        !self.is_wan(&veth.a.role) && !self.is_wan(&veth.b.role)
+    }
 }
 
 /// The namespace name of `role` under `prefix` (`hw-` + `client` = `hw-client`).
@@ -355,9 +366,10 @@ pub fn build(plan: &Plan, prefix: &str, fill: WanFill) -> Result<(), BuildError>
     for v in &plan.veths {
         interrupt::check()?;
         netns::add_veth(&ns(&v.a.role), &v.a.ifname, &ns(&v.b.role), &v.b.ifname)?;
+        let offloaded = fill == WanFill::BridgeOffloaded || plan.is_lan(v);
         for e in [&v.a, &v.b] {
             let name = ns(&e.role);
-            if fill != WanFill::BridgeOffloaded {
+            if !offloaded {
                 netns::disable_offloads(&name, &e.ifname)?;
             }
             if let Some(cidr) = &e.cidr {

@@ -117,6 +117,20 @@ fn branch_routes_client_to_server_through_both_appliances() {
         .exec("branch", &["sysctl", "-n", "net.ipv4.ip_forward"])
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&fwd.stdout).trim(), "1");
+    // The LANs keep the kernel's offloads; the interfaces towards the WAN have them off.
+    let offloads = |host: &str, ifname: &str| {
+        let k = lab.exec(host, &["ethtool", "-k", ifname]).unwrap();
+        String::from_utf8_lossy(&k.stdout).into_owned()
+    };
+    for (host, ifname) in [("branch", "br-c"), ("client", "c-br"), ("dc", "dc-s")] {
+        let k = offloads(host, ifname);
+        assert!(k.contains("tcp-segmentation-offload: on"), "{ifname}: {k}");
+    }
+    for (host, ifname) in [("branch", "br-wan"), ("dc", "dc-wan")] {
+        let k = offloads(host, ifname);
+        assert!(k.contains("tcp-segmentation-offload: off"), "{ifname}: {k}");
+        assert!(k.contains("generic-receive-offload: off"), "{ifname}: {k}");
+    }
     let p = prefix("b");
     lab.down().unwrap();
     assert_gone(&p, dir.path());

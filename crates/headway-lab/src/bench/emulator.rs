@@ -7,8 +7,8 @@
 //!    saturating it for `--seconds`; then the emulator's own histograms (read from its admin API):
 //!    release-timing error (actual send − due) and queueing delay, per direction.
 //!
-//! The lab hosts use cubic, offloads are off on every lab interface, MTU 1500: frames are real
-//! packets, as in the seeds' labs.
+//! The lab hosts use cubic, offloads are off on every interface of the pair topology (all of
+//! them face the WAN), MTU 1500: frames are real packets, as in the seeds' labs.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
