@@ -1309,6 +1309,36 @@ fn long_blocks_wait_for_the_application_to_stop_writing() {
 }
 
 #[test]
+fn a_long_window_closes_at_a_block_once_the_transfer_outgrew_the_long_tail() {
+    // A large transfer's start: the writer is ahead of the link by only a few datagrams when
+    // the first goes out, and then writes 6 datagrams' worth for each one sent. The long
+    // tail (600 × 1,500 bytes written since the window opened) is passed at the 127th.
+    let mut tx = holding_tx();
+    let mut now = t0();
+    tx.handle_written(now, b(), 4 * 1200);
+    let kinds = send_writing(&mut tx, &mut now, 400, 6 * 1200, 1);
+    let held = kinds.iter().filter(|k| **k == Kind::Held).count();
+    assert_eq!(held, 127, "{kinds:?}");
+    assert!(kinds[held..].iter().all(|k| *k == Kind::Kept), "{kinds:?}");
+    // The long window went out with its repair at its last datagram.
+    assert_eq!(tx.stats().windows, 1, "{:?}", tx.stats());
+    assert!(tx.stats().repair_sent > 0);
+
+    // A transfer smaller than the long tail keeps its window long to the end, however fast
+    // it is written: 400 datagrams, repaired at the last once the writer said it is idle.
+    let mut tx = holding_tx();
+    let mut now = t0();
+    tx.handle_written(now, b(), 4 * 1200);
+    let mut kinds = send_writing(&mut tx, &mut now, 99, 4 * 1200, 1);
+    tx.handle_writer_idle(now, b());
+    kinds.extend(send_writing(&mut tx, &mut now, 300, 0, 1));
+    assert_eq!(tx.stats().windows, 0, "{:?}", tx.stats());
+    kinds.extend(send_writing(&mut tx, &mut now, 1, 0, 1));
+    assert!(kinds.iter().all(|k| *k == Kind::Held), "{kinds:?}");
+    assert_eq!(tx.stats().windows, 1, "{:?}", tx.stats());
+}
+
+#[test]
 fn a_transfer_after_a_short_exchange_opens_a_long_block_of_its_own() {
     let mut tx = holding_tx();
     let mut rx = Fec::new(Config::default());
