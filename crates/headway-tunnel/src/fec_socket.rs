@@ -213,7 +213,13 @@ impl AsyncUdpSocket for FecSocket {
                 });
             }
             if repair > 0 {
-                tracing::trace!(datagrams = repair, "fec: block full, sent its repair");
+                let st = fec.stats();
+                tracing::trace!(
+                    datagrams = repair,
+                    kept_sent = st.kept_sent,
+                    repair_sent = st.repair_sent,
+                    "fec: block full, sent its repair"
+                );
             }
         }
         // A burst opened: its end may come before what the task sleeps for (the next probe).
@@ -401,7 +407,7 @@ async fn repair_task(socket: Weak<FecSocket>, wake: Arc<Notify>) {
             }
         }
         let Some(s) = socket.upgrade() else { return };
-        let repair: Vec<_> = {
+        let (repair, st): (Vec<_>, _) = {
             let mut state = s.lock();
             let before = state.fec.stats().holes_given_up;
             state.fec.handle_timeout(SystemClock::now());
@@ -411,13 +417,17 @@ async fn repair_task(socket: Weak<FecSocket>, wake: Arc<Notify>) {
                     w.wake_by_ref();
                 }
             }
-            std::iter::from_fn(|| state.fec.poll_transmit()).collect()
+            let repair = std::iter::from_fn(|| state.fec.poll_transmit()).collect();
+            (repair, state.fec.stats())
         };
         if repair.is_empty() {
             continue;
         }
         tracing::trace!(
             datagrams = repair.len(),
+            kept_sent = st.kept_sent,
+            repair_sent = st.repair_sent,
+            probes_sent = st.probes_sent,
             "fec: a burst ended or probes are due, sending them"
         );
         let mut poller = s.inner.clone().create_io_poller();
