@@ -937,7 +937,7 @@ impl Fec {
             // tail — a 12 MB DOC-like file at 44 Mbit/s, 300 ms, 5 % loss: 498 datagrams,
             // 136 ms of link — the receiver held acknowledgements back behind its holes
             // while the sender's window is 1.15 round trips of the link: the link idled
-            // 5–9 % of the download at 1 % and 5 % loss.)
+            // 4–9 % of the download at 1 % and 5 % loss.)
             self.repair(now, dest);
             return;
         }
