@@ -476,11 +476,11 @@ fn a_token_guards_everything_but_healthz() {
 
 #[test]
 fn an_unreachable_api_says_so() {
-    // A port that was just free: nothing listens there.
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    // A port held bound without listening, so nothing listens there and no other test's
+    // listener can take it while this one runs.
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = held.local_addr().unwrap().port();
     let url = format!("http://127.0.0.1:{port}");
     let e = Client::new(url.clone(), None).health().unwrap_err();
     assert_eq!(

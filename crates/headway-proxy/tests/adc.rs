@@ -165,6 +165,17 @@ impl Drop for Origin {
     }
 }
 
+/// A loopback address that refuses connections for as long as the returned socket lives: the
+/// socket holds the port bound without listening, so no other test's listener can take it. (A
+/// listener dropped to free a port gave it back to the kernel, whose next `bind` to port 0 —
+/// another test's origin or proxy, running in parallel — could get it at once: a "dead"
+/// server then answered.)
+fn refusing_addr() -> (SocketAddr, tokio::net::TcpSocket) {
+    let s = tokio::net::TcpSocket::new_v4().unwrap();
+    s.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    (s.local_addr().unwrap(), s)
+}
+
 /// Starts the proxy from config text; returns it and its first virtual server's address.
 async fn proxy(text: &str) -> (Proxy, SocketAddr) {
     proxy_with(text, 1).await

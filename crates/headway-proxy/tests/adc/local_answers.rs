@@ -252,10 +252,7 @@ async fn the_proxys_own_errors_carry_the_virtual_servers_page() {
     std::fs::write(&file, "<h1>We are back soon</h1>\n").unwrap();
     let o = Origin::start("o", Duration::ZERO).await;
     // A port nothing listens on.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let (dead, _held) = refusing_addr();
     let (closing, _) = closing_server().await;
     let text = format!(
         "{}{}{}{}[[virtual_server.error_page]]\nstatus = [502, 503, 504]\nfile = \"{}\"\n\
