@@ -116,6 +116,43 @@ fn a_lost_tail_is_restored_from_repair() {
 }
 
 #[test]
+fn windows_of_every_shape_are_restored_by_the_kept_coders() {
+    // One pair, one window after the other: the coders are reset between windows of other
+    // counts, shard sizes and losses, also after a window that lost more than its repair.
+    let (mut tx, mut rx) = pair();
+    let mut now = t0();
+    let shapes: [(usize, usize, &[usize]); 5] = [
+        (200, 1400, &[3, 150]),
+        (40, 300, &[0, 39]),
+        (
+            100,
+            1000,
+            &[
+                1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+            ],
+        ),
+        (120, 1452, &[60]),
+        (7, 90, &[6]),
+    ];
+    let mut recovered = 0;
+    for (i, (count, len, lose)) in shapes.into_iter().enumerate() {
+        let sizes: Vec<usize> = (0..count).map(|j| len - (j * 7) % (len / 4)).collect();
+        let (delivered, restored) = burst(&mut tx, &mut rx, now, &sizes, lose, &[]);
+        assert_eq!(delivered.len(), count - lose.len(), "window {i}");
+        if lose.len() > 10 {
+            assert!(restored.is_empty(), "window {i}: more losses than repair");
+        } else {
+            let want: Vec<Vec<u8>> = lose.iter().map(|&j| datagram(j, sizes[j])).collect();
+            assert_eq!(restored, want, "window {i}");
+            recovered += lose.len() as u64;
+        }
+        now += Duration::from_secs(1);
+    }
+    assert_eq!(rx.stats().recovered, recovered);
+    assert_eq!(tx.stats().windows, 5);
+}
+
+#[test]
 fn more_losses_than_repair_restore_nothing() {
     let (mut tx, mut rx) = pair();
     let sizes = vec![1000; 100];
