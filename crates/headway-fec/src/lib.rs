@@ -1460,17 +1460,17 @@ fn fill_shard(scratch: &mut Vec<u8>, data: &[u8], shard_bytes: usize) {
 ///
 /// A coder's work buffers (`reed-solomon-simd` sizes them in shards, rounded up to powers of
 /// two: 0.38 MB for the encoder and 0.77 MB for the decoder of a window of 241 datagrams of
-/// 1,474 bytes) are allocated when it is made; one made per window found them cold or handed back to the system by the
-/// allocator since the last window, and a window's repair waited for it. Measured on the
-/// project's 2-core lab VM (`reed-solomon-simd`, 241 originals, 11 recovery shards, 3
-/// missing): a new decoder 0.39–0.49 ms before its 0.55 ms of decoding, 0.02 ms once warm;
-/// a new encoder 0.2 ms before its 0.06 ms of encoding. Kept and reset, a coder reuses its
-/// buffers (so the layer holds those of the largest window so far: at most about 3 and
-/// 6 MB with the default [`Config::max_window`] and [`Config::max_repair`]). The library's tables are built on the first
-/// coder a process makes (11.5 ms there): [`Coders::new`] makes both at once, so that no
-/// window's repair pays for it. (In the 44 Mbit/s file-download bench the change is below
-/// the runs' spread: a cell's first pass moves by whole milliseconds with where its losses
-/// fall.)
+/// 1,474 bytes) are allocated when it is made; one made per window found them cold or handed
+/// back to the system by the allocator since the last window, and a window's repair waited
+/// for it. Measured on the project's 2-core lab VM (`reed-solomon-simd`, 241 originals, 11
+/// recovery shards, 3 missing): a new decoder 0.39–0.49 ms before its 0.55 ms of decoding,
+/// 0.02 ms once warm; a new encoder 0.2 ms before its 0.06 ms of encoding. Kept and reset, a
+/// coder reuses its buffers (so the layer holds those of the largest window so far: at most
+/// about 3 and 6 MB with the default [`Config::max_window`] and [`Config::max_repair`]). The
+/// library's tables are built on the first coder a process makes (11.5 ms there):
+/// [`Coders::new`] makes both at once, so that no window's repair pays for it. (In the
+/// 44 Mbit/s file-download bench the change is below the runs' spread: a cell's first pass
+/// moves by whole milliseconds with where its losses fall.)
 struct Coders {
     encoder: Option<ReedSolomonEncoder>,
     decoder: Option<ReedSolomonDecoder>,
