@@ -45,7 +45,7 @@ pub enum ReqBody {
     /// hyper's (HTTP/1), as the client sends it.
     Client(ClientBody),
     /// An HTTP/2 client's stream (`crate::http::h2_server`).
-    H2(H2Recv),
+    H2Client(super::h2_server::RecvBody),
     /// A body to HTTP/2 servers, kept as it is sent so that a stream the server did not take
     /// can be sent again ([`super::replay`]).
     Replay(super::replay::Replay),
@@ -96,7 +96,7 @@ impl Body for ReqBody {
         match self.get_mut() {
             ReqBody::Empty => Poll::Ready(None),
             ReqBody::Client(b) => Pin::new(&mut b.inner).poll_frame(cx).map_err(Into::into),
-            ReqBody::H2(b) => b.poll_frame(cx).map_err(Into::into),
+            ReqBody::H2Client(b) => b.poll_frame(cx).map_err(Into::into),
             ReqBody::Replay(r) => r.poll_frame(cx),
         }
     }
@@ -105,7 +105,7 @@ impl Body for ReqBody {
         match self {
             ReqBody::Empty => true,
             ReqBody::Client(b) => b.inner.is_end_stream(),
-            ReqBody::H2(b) => b.is_end_stream(),
+            ReqBody::H2Client(b) => b.is_end_stream(),
             ReqBody::Replay(r) => r.is_end_stream(),
         }
     }
@@ -116,7 +116,7 @@ impl Body for ReqBody {
             ReqBody::Client(b) => b.inner.size_hint(),
             // The client's `Content-Length` (h2 checks the data against it), so that an
             // HTTP/1 server gets the body framed by its length, as the client framed it.
-            ReqBody::H2(b) => b
+            ReqBody::H2Client(b) => b
                 .remaining()
                 .map_or_else(SizeHint::default, SizeHint::with_exact),
             ReqBody::Replay(r) => r
@@ -279,21 +279,16 @@ impl Source {
 /// client reads.
 #[derive(Debug)]
 pub struct H2Recv {
-    /// The stream (taken only when it is dropped, see [`H2Recv::lingering`]).
-    stream: Option<h2::RecvStream>,
+    /// The stream.
+    stream: h2::RecvStream,
     /// The answer's `Content-Length`, if it gave one.
     length: Option<u64>,
     /// Data bytes taken so far.
     taken: u64,
-    /// Set when the data is first asked for (an `Expect: 100-continue` is answered then).
-    read: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// Where the stream is: its data, its trailers, or nothing more.
     stage: H2Stage,
     /// An answer's place on the server connection, given back with the body.
     _place: Option<crate::upstream::h2::Stream>,
-    /// A client's request body, read to its end when dropped before it: `Some(true)` even
-    /// if it was never asked for, `Some(false)` only once it was ([`H2Recv::lingering`]).
-    linger: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -311,13 +306,11 @@ impl H2Recv {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
         H2Recv {
-            stream: Some(stream),
+            stream,
             length,
             taken: 0,
-            read: None,
             stage: H2Stage::Data,
             _place: None,
-            linger: None,
         }
     }
 
@@ -327,32 +320,8 @@ impl H2Recv {
         self
     }
 
-    /// The same, setting `read` when its data is first asked for.
-    pub fn watched(mut self, read: Arc<std::sync::atomic::AtomicBool>) -> Self {
-        self.read = Some(read);
-        self
-    }
-
-    /// The same, read to its end (bounded) when it is dropped before it: a client's request
-    /// body the proxy left unread — its server answered early, or the request was refused.
-    ///
-    /// An answer ends the stream's sending side; were the request side then dropped, h2 would
-    /// reset the stream with `NO_ERROR` (RFC 9113 §8.1: stop sending, the answer stands), and
-    /// clients still uploading take that for the failure of the exchange — curl 7.88 fails
-    /// the request ("stream closed"), every time. So the rest is read and dropped, as the
-    /// HTTP/1 side's lingering close does (`super::linger`, and its bounds): the client
-    /// finishes its upload and reads the answer, and only a client sending past the bounds
-    /// gets the reset.
-    ///
-    /// Unless `unasked`, only a body the proxy began to read is drained: a client waiting
-    /// for `100 Continue` sends nothing until it is asked, and is better told at once.
-    pub fn lingering(mut self, unasked: bool) -> Self {
-        self.linger = Some(unasked);
-        self
-    }
-
     fn stream(&mut self) -> &mut h2::RecvStream {
-        self.stream.as_mut().expect("taken only on drop")
+        &mut self.stream
     }
 
     /// The data bytes still to come, when the server said how many it sends.
@@ -362,7 +331,7 @@ impl H2Recv {
 
     /// Whether nothing more (not even trailers) is to come.
     pub fn is_end_stream(&self) -> bool {
-        self.stage == H2Stage::Done || self.stream.as_ref().is_none_or(|s| s.is_end_stream())
+        self.stage == H2Stage::Done || self.stream.is_end_stream()
     }
 
     /// The next frame: data, then the trailers; `None` at the end.
@@ -370,9 +339,6 @@ impl H2Recv {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
-        if let Some(read) = self.read.take() {
-            read.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
         if self.stage == H2Stage::Data {
             match ready!(self.stream().poll_data(cx)) {
                 Some(Ok(d)) => {
@@ -400,29 +366,6 @@ impl H2Recv {
         }
         Poll::Ready(None)
     }
-}
-
-impl Drop for H2Recv {
-    fn drop(&mut self) {
-        // (`read` is taken when the data is first asked for.)
-        let asked = self.read.is_none();
-        if !self.linger.is_some_and(|unasked| unasked || asked) || self.is_end_stream() {
-            return;
-        }
-        let (Some(stream), Ok(rt)) = (self.stream.take(), tokio::runtime::Handle::try_current())
-        else {
-            return;
-        };
-        rt.spawn(drain_h2(stream));
-    }
-}
-
-/// Reads and drops the rest of a client's HTTP/2 request body, within the bounds of a
-/// lingering close (`super::LINGER_READ` between data, `super::LINGER_TIME`,
-/// `super::LINGER_BYTES`); dropping the stream past them resets it.
-async fn drain_h2(mut stream: h2::RecvStream) {
-    let rest = discard_h2(&mut stream, super::LINGER_BYTES, Some(super::LINGER_READ));
-    let _ = tokio::time::timeout(super::LINGER_TIME, rest).await;
 }
 
 /// Reads and drops `stream`'s data (its window given back) until its end, an error, `max`

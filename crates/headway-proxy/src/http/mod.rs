@@ -5,7 +5,7 @@
 //!                  │       └─ from the first request it does not take (a body, Expect,
 //!                  │          Upgrade, a bad or oversized head): ─▶ Guarded (framing check,
 //!                  │                                                 activity) ──▶ hyper
-//!                  └ HTTP/2 (prior knowledge, ALPN) ──▶ Guarded (activity) ──▶ the h2 crate,
+//!                  └ HTTP/2 (prior knowledge, ALPN) ──▶ the own HTTP/2 core (`headway-h2`),
 //!                                                       streams polled in the connection's
 //!                                                       task ([`h2_server`])
 //!  per request:
@@ -59,7 +59,6 @@ pub mod route;
 pub mod tunnel;
 mod upload;
 mod upstream_h2;
-pub mod write_batch;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -179,7 +178,7 @@ pub struct VsRuntime {
     /// hyper's HTTP/1 server settings, built once (a builder per connection allocated its
     /// timer anew each time), and the HTTP/2 server's ([`h2_server`]).
     http1: hyper::server::conn::http1::Builder,
-    http2: ::h2::server::Builder,
+    http2: headway_h2::server::Config,
 }
 
 impl VsRuntime {
@@ -496,13 +495,11 @@ impl Watch {
 /// loopback with wrk (64 keep-alive connections, 128 B answers, one worker), together with
 /// the same deferral of requests to servers: 12.9 → 11.9 µs of CPU per request, most of it
 /// in the kernel's wake-ups and context switches (HAProxy: 11.5 µs). HTTP/2 connections
-/// gather their frames in [`write_batch`] instead.
+/// write the answers of one pass together instead (`h2_server`).
 struct ClientIo<S: Stream> {
     inner: Option<Guarded<S>>,
     activity: Arc<ConnActivity>,
     verdict: Arc<Verdict>,
-    /// Writes are deferred once after a read (HTTP/1).
-    defer_writes: bool,
     /// A read brought bytes since the last write: the next write waits one turn.
     answer_pending: bool,
     /// The last request whose partial arrival was acknowledged at once (`Stream::ack_now`);
@@ -668,8 +665,7 @@ impl<S: Stream> tokio::io::AsyncRead for ClientIo<S> {
         if r.is_ready() {
             // Not once the stream stopped carrying requests (an upgraded connection's bytes
             // are relayed as they come).
-            me.answer_pending |=
-                me.defer_writes && buf.filled().len() > before && me.stream().is_checking();
+            me.answer_pending |= buf.filled().len() > before && me.stream().is_checking();
             me.activity.touch();
             let partial = me.stream().in_head();
             me.activity.head_partial.store(partial, Relaxed);
@@ -807,7 +803,7 @@ pub async fn serve_connection(
 /// with the stream when it wants to know (TLS keeps the last answer for its close).
 ///
 /// HTTP/1 connections are served by the proxy's own loop ([`h1`]) until a request needs hyper;
-/// HTTP/2 ones on the h2 crate (`h2_server`).
+/// HTTP/2 ones by the own HTTP/2 core (`h2_server`).
 pub async fn serve_stream<S: Stream>(
     slot: Arc<Slot>,
     stream: S,
@@ -826,7 +822,7 @@ pub async fn serve_stream<S: Stream>(
         activity.clone(),
     );
     let c: Pin<Box<dyn Served>> = if h2 {
-        hyper_conn(&vs, stream, conn, true)
+        Box::pin(h2_server::H2Conn::new(stream, Arc::new(conn), &vs.http2))
     } else {
         let graceful = Arc::new(AtomicBool::new(false));
         let conn = Arc::new(conn);
@@ -867,13 +863,8 @@ impl Drop for Unhook<'_> {
 }
 
 /// hyper serving `stream` (the rest of an HTTP/1 connection) for `conn` behind the framing
-/// check, or the HTTP/2 server serving an HTTP/2 one.
-fn hyper_conn<S: Stream>(
-    vs: &VsRuntime,
-    stream: S,
-    mut conn: Conn,
-    h2: bool,
-) -> Pin<Box<dyn Served>> {
+/// check.
+fn hyper_conn<S: Stream>(vs: &VsRuntime, stream: S, mut conn: Conn) -> Pin<Box<dyn Served>> {
     let cfg = &vs.config;
     let verdict = Arc::new(Verdict::default());
     let io = ClientIo {
@@ -884,19 +875,11 @@ fn hyper_conn<S: Stream>(
         )),
         activity: conn.activity.clone(),
         verdict: verdict.clone(),
-        defer_writes: !h2,
         answer_pending: false,
         acked: 0,
     };
     conn.verdict = verdict;
     let conn = Arc::new(conn);
-    if h2 {
-        return Box::pin(h2_server::H2Conn::new(
-            write_batch::WriteBatch::new(io),
-            conn,
-            &vs.http2,
-        ));
-    }
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         // Boxed: a request's state machine is kilobytes, and hyper moves the service's future
         // into place by value; a box is copied once.
@@ -954,7 +937,7 @@ impl<S: Stream> Served for H1Conn<S> {
                         let conn =
                             Conn::new(peer, c.client.clone(), c.slot.clone(), c.activity.clone());
                         let vs = c.slot.vs.load();
-                        let mut h = hyper_conn(&vs, rewind::Rewind::new(rest, io), conn, false);
+                        let mut h = hyper_conn(&vs, rewind::Rewind::new(rest, io), conn);
                         if me.graceful.load(Relaxed) {
                             h.as_mut().graceful();
                         }

@@ -1,0 +1,1078 @@
+//! The server side of one HTTP/2 connection (RFC 9113), sans I/O.
+//!
+//! [`Connection`] owns the connection's state — the settings of both sides, the HPACK
+//! contexts, every open stream with its two flow-control windows, the frames waiting to be
+//! written — and makes every protocol decision. The shell (the proxy's `h2_server`) does the
+//! rest: it reads the socket into [`Connection::read_buf`] and calls
+//! [`Connection::handle_read`], takes the [`Event`]s ([`Connection::poll_event`]), answers
+//! with [`Connection::send_response`], [`Connection::send_data`],
+//! [`Connection::send_trailers`] and [`Connection::reset`], gives back what it consumed of a
+//! request body ([`Connection::release`]), and writes [`Connection::transmit`]'s bytes,
+//! calling [`Connection::advance`] with what the socket took. It stops reading while
+//! [`Connection::wants_write`] holds a lot (so a peer that does not read cannot make the queue
+//! grow), and closes the socket once [`Connection::is_done`].
+//!
+//! What the core enforces: the client preface, frame sizes, stream identifiers and states,
+//! header blocks with their CONTINUATIONs in one piece, malformed requests (RFC 9113 §8.1.1:
+//! pseudo-header rules, connection-specific fields, `Content-Length` against the data) as
+//! stream errors, both directions' flow control, SETTINGS and PING acknowledgements,
+//! SETTINGS_MAX_CONCURRENT_STREAMS (REFUSED_STREAM past it), an oversized header list (a
+//! `431` answer, as RFC 9113 §10.5.1 suggests), a bound on streams reset by the client
+//! (CVE-2023-44487, "rapid reset": ENHANCE_YOUR_CALM past it), and graceful shutdown with
+//! GOAWAY. Not here: priorities (read and ignored, RFC 9113 §5.3.2), server push (never
+//! sent: a client's PUSH_PROMISE is a connection error), the extended CONNECT protocol.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::IoSlice;
+
+use bytes::{BufMut as _, Bytes, BytesMut};
+use http::{header, HeaderMap, HeaderName, Method, StatusCode, Uri, Version};
+
+use crate::frame::{self, flag, kind, Head, Reason, Setting, HEADER_LEN, PREFACE};
+use crate::hpack::{self, Field, Pseudo};
+
+/// A server connection's own settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The streams a client may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub max_concurrent_streams: u32,
+    /// Each stream's receive window (SETTINGS_INITIAL_WINDOW_SIZE), and the connection's.
+    pub window: u32,
+    /// The largest header list a request may carry (SETTINGS_MAX_HEADER_LIST_SIZE, counted as
+    /// RFC 9113 §6.5.2 does); a larger one is answered `431`.
+    pub max_header_list: usize,
+    /// Streams the client may reset before the connection is closed with ENHANCE_YOUR_CALM;
+    /// every stream that completes normally earns one back.
+    pub max_resets: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_concurrent_streams: 256,
+            window: 1 << 20,
+            max_header_list: 16 << 10,
+            max_resets: 1000,
+        }
+    }
+}
+
+/// What happened on the connection, for the shell.
+#[derive(Debug)]
+pub enum Event {
+    /// A new request. Its body follows as [`Event::Data`] (and maybe [`Event::Trailers`])
+    /// unless `end`.
+    Request {
+        /// The stream it came on.
+        stream: u32,
+        /// The request's head (version HTTP/2; the URI absolute when `:authority` was given).
+        head: http::request::Parts,
+        /// No body follows.
+        end: bool,
+    },
+    /// A piece of a request's body. Give its length back with [`Connection::release`] once
+    /// consumed, or the client stops sending.
+    Data {
+        /// The stream.
+        stream: u32,
+        /// The bytes (maybe empty when it only ends the body).
+        data: Bytes,
+        /// The body ends here.
+        end: bool,
+    },
+    /// A request's trailers; its body ends with them.
+    Trailers {
+        /// The stream.
+        stream: u32,
+        /// The trailer fields.
+        trailers: HeaderMap,
+    },
+    /// The stream ended abnormally: the client reset it, or it broke a rule and this side
+    /// reset it. Its handling is to be dropped; nothing more is sent on it.
+    Reset {
+        /// The stream.
+        stream: u32,
+        /// The error code.
+        reason: Reason,
+    },
+}
+
+/// The connection failed; a GOAWAY with the reason was queued to be written.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnError {
+    /// The client broke the protocol.
+    #[error("the client broke HTTP/2 ({reason}): {what}")]
+    Protocol {
+        /// The GOAWAY's error code.
+        reason: Reason,
+        /// What it did.
+        what: &'static str,
+    },
+    /// The client went away with an error of its own.
+    #[error("the client sent GOAWAY ({0})")]
+    GoAway(Reason),
+}
+
+/// A stream that cannot take what was asked: it was reset or closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the HTTP/2 stream is closed")]
+pub struct StreamGone;
+
+/// One open stream.
+#[derive(Debug)]
+struct Stream {
+    /// The client ended its side (END_STREAM).
+    recv_closed: bool,
+    /// This side ended its side.
+    send_closed: bool,
+    /// A final answer's head was sent.
+    answered: bool,
+    /// Data this side may still send (the client's grant).
+    send_window: i64,
+    /// Data the client may still send (this side's grant).
+    recv_window: i64,
+    /// Data the shell consumed and this side has not granted again yet.
+    unreleased: u32,
+    /// Data queued by the shell that the windows held back, and how it ends.
+    pending: VecDeque<Bytes>,
+    pending_len: usize,
+    pending_end: bool,
+    pending_trailers: Option<HeaderMap>,
+    /// The request's `Content-Length`, and the data received so far.
+    length: Option<u64>,
+    received: u64,
+}
+
+/// A header block arriving in pieces (HEADERS then CONTINUATIONs).
+#[derive(Debug)]
+struct Partial {
+    stream: u32,
+    end_stream: bool,
+    block: BytesMut,
+}
+
+/// The bytes waiting to be written: small frames gathered in one buffer, large data payloads
+/// kept as the shell gave them (no copy).
+#[derive(Debug, Default)]
+struct Out {
+    queue: VecDeque<Bytes>,
+    tail: BytesMut,
+    len: usize,
+}
+
+impl Out {
+    fn seal(&mut self) {
+        if !self.tail.is_empty() {
+            self.queue.push_back(self.tail.split().freeze());
+        }
+    }
+}
+
+/// Payloads up to this size are copied into the frame buffer; larger ones are written from
+/// their own buffers.
+const COPY_MAX: usize = 1024;
+
+/// The server side of one HTTP/2 connection (see the module doc for the call order).
+#[derive(Debug)]
+pub struct Connection {
+    cfg: Config,
+    input: BytesMut,
+    /// The client preface was read.
+    preface: bool,
+    decoder: hpack::Decoder,
+    encoder: hpack::Encoder,
+    /// The client's SETTINGS_INITIAL_WINDOW_SIZE and SETTINGS_MAX_FRAME_SIZE.
+    peer_window: i64,
+    peer_max_frame: usize,
+    /// The connection's windows: what this side may send, what the client may.
+    send_window: i64,
+    recv_window: i64,
+    unreleased: u32,
+    streams: HashMap<u32, Stream>,
+    /// The highest stream the client opened.
+    last_stream: u32,
+    partial: Option<Partial>,
+    events: VecDeque<Event>,
+    out: Out,
+    /// Streams with data held back by the connection's window, in order.
+    blocked: VecDeque<u32>,
+    /// GOAWAY was sent: no stream past the one it names is taken.
+    going_away: Option<u32>,
+    /// The connection failed (GOAWAY with an error queued, or received).
+    failed: Option<ConnError>,
+    /// The client's end of the connection was read.
+    eof: bool,
+    /// Streams the client may still reset (see [`Config::max_resets`]).
+    reset_budget: u32,
+}
+
+impl Connection {
+    /// A connection with `cfg`; its SETTINGS (and the connection window's raise) are queued at
+    /// once, before the client's preface is read (RFC 9113 §3.4 allows it).
+    pub fn new(cfg: Config) -> Self {
+        let mut out = Out::default();
+        frame::write_settings(
+            &mut out.tail,
+            &[
+                Setting::EnablePush(0),
+                Setting::MaxConcurrentStreams(cfg.max_concurrent_streams),
+                Setting::InitialWindowSize(cfg.window),
+                Setting::MaxHeaderListSize(u32::try_from(cfg.max_header_list).unwrap_or(u32::MAX)),
+            ],
+        );
+        // RFC 9113 §6.9.2: the connection's window starts at 65,535 whatever the settings say.
+        let raise = i64::from(cfg.window) - 65_535;
+        if raise > 0 {
+            frame::write_window_update(&mut out.tail, 0, raise as u32);
+        }
+        out.len = out.tail.len();
+        Connection {
+            decoder: hpack::Decoder::new(4096),
+            encoder: hpack::Encoder::new(),
+            peer_window: 65_535,
+            peer_max_frame: frame::DEFAULT_MAX_FRAME,
+            send_window: 65_535,
+            recv_window: i64::from(cfg.window.max(65_535)),
+            unreleased: 0,
+            streams: HashMap::new(),
+            last_stream: 0,
+            partial: None,
+            events: VecDeque::new(),
+            out,
+            blocked: VecDeque::new(),
+            going_away: None,
+            failed: None,
+            eof: false,
+            reset_budget: cfg.max_resets,
+            input: BytesMut::with_capacity(16 << 10),
+            preface: false,
+            cfg,
+        }
+    }
+
+    /// The buffer to read the socket into (then call [`Connection::handle_read`]).
+    pub fn read_buf(&mut self) -> &mut BytesMut {
+        if self.input.capacity() - self.input.len() < 4096 {
+            self.input.reserve(16 << 10);
+        }
+        &mut self.input
+    }
+
+    /// Handles the bytes read into [`Connection::read_buf`]: every whole frame in it. `eof`:
+    /// the client's end was read (nothing more will come).
+    pub fn handle_read(&mut self, eof: bool) -> Result<(), ConnError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        self.eof |= eof;
+        let r = self.frames();
+        if let Err(e) = &r {
+            self.fail(e.clone());
+        }
+        r
+    }
+
+    fn frames(&mut self) -> Result<(), ConnError> {
+        if !self.preface {
+            if self.input.len() < PREFACE.len() {
+                return if PREFACE.starts_with(&self.input) {
+                    Ok(())
+                } else {
+                    Err(proto(
+                        Reason::PROTOCOL_ERROR,
+                        "not the HTTP/2 connection preface",
+                    ))
+                };
+            }
+            if &self.input[..PREFACE.len()] != PREFACE {
+                return Err(proto(
+                    Reason::PROTOCOL_ERROR,
+                    "not the HTTP/2 connection preface",
+                ));
+            }
+            let _ = self.input.split_to(PREFACE.len());
+            self.preface = true;
+        }
+        while let Some(h) = Head::parse(&self.input) {
+            if h.len > frame::DEFAULT_MAX_FRAME {
+                return Err(proto(
+                    Reason::FRAME_SIZE_ERROR,
+                    "a frame larger than 16 KiB",
+                ));
+            }
+            if self.input.len() < HEADER_LEN + h.len {
+                self.input.reserve(HEADER_LEN + h.len - self.input.len());
+                break;
+            }
+            let _ = self.input.split_to(HEADER_LEN);
+            let payload = self.input.split_to(h.len).freeze();
+            self.frame(h, payload)?;
+        }
+        Ok(())
+    }
+
+    /// One frame from the client.
+    fn frame(&mut self, h: Head, payload: Bytes) -> Result<(), ConnError> {
+        // RFC 9113 §6.10: nothing may come between a HEADERS and its CONTINUATIONs.
+        if let Some(p) = &self.partial {
+            if h.kind != kind::CONTINUATION || h.stream != p.stream {
+                return Err(proto(
+                    Reason::PROTOCOL_ERROR,
+                    "a header block was interrupted",
+                ));
+            }
+        }
+        match h.kind {
+            kind::DATA => self.data(h, payload),
+            kind::HEADERS => self.headers(h, payload),
+            kind::PRIORITY => {
+                if h.stream == 0 {
+                    return Err(proto(Reason::PROTOCOL_ERROR, "PRIORITY on stream 0"));
+                }
+                if h.len != 5 {
+                    // RFC 9113 §6.3: a stream error; the stream may not exist (yet).
+                    self.reset(h.stream, Reason::FRAME_SIZE_ERROR);
+                }
+                Ok(())
+            }
+            kind::RST_STREAM => self.rst(h, &payload),
+            kind::SETTINGS => self.settings(h, &payload),
+            kind::PUSH_PROMISE => Err(proto(Reason::PROTOCOL_ERROR, "PUSH_PROMISE from a client")),
+            kind::PING => {
+                if h.stream != 0 {
+                    return Err(proto(Reason::PROTOCOL_ERROR, "PING on a stream"));
+                }
+                let data: [u8; 8] = payload[..]
+                    .try_into()
+                    .map_err(|_| proto(Reason::FRAME_SIZE_ERROR, "PING of the wrong size"))?;
+                if h.flags & flag::ACK == 0 {
+                    frame::write_ping(&mut self.out.tail, true, data);
+                    self.out.len += HEADER_LEN + 8;
+                }
+                Ok(())
+            }
+            kind::GOAWAY => {
+                if h.stream != 0 {
+                    return Err(proto(Reason::PROTOCOL_ERROR, "GOAWAY on a stream"));
+                }
+                let (_, reason) = frame::goaway(&payload).map_err(|e| proto(e.0, "bad GOAWAY"))?;
+                // The client opens no more streams; those open finish. One that went away
+                // with an error is done with the connection.
+                self.going_away.get_or_insert(self.last_stream);
+                if reason != Reason::NO_ERROR {
+                    self.failed = Some(ConnError::GoAway(reason));
+                }
+                Ok(())
+            }
+            kind::WINDOW_UPDATE => self.window_update(h, &payload),
+            kind::CONTINUATION => self.continuation(h, payload),
+            // RFC 9113 §4.1: frames of unknown types are ignored.
+            _ => Ok(()),
+        }
+    }
+
+    fn data(&mut self, h: Head, payload: Bytes) -> Result<(), ConnError> {
+        if h.stream == 0 {
+            return Err(proto(Reason::PROTOCOL_ERROR, "DATA on stream 0"));
+        }
+        let flow = h.len as i64;
+        if flow > self.recv_window {
+            return Err(proto(
+                Reason::FLOW_CONTROL_ERROR,
+                "DATA past the connection's window",
+            ));
+        }
+        self.recv_window -= flow;
+        let data = frame::strip_padding(h.flags, payload).map_err(|e| proto(e.0, "bad padding"))?;
+        // Padding is given back at once; the data once the shell consumed it.
+        let padding = h.len - data.len();
+        let end = h.flags & flag::END_STREAM != 0;
+        let Some(s) = self.streams.get_mut(&h.stream) else {
+            if h.stream > self.last_stream {
+                return Err(proto(Reason::PROTOCOL_ERROR, "DATA on an idle stream"));
+            }
+            // A stream closed or reset already: its data still counted against the
+            // connection's window, which is given back.
+            self.release_conn(h.len as u32);
+            return Ok(());
+        };
+        if s.recv_closed {
+            self.release_conn(h.len as u32);
+            self.reset(h.stream, Reason::STREAM_CLOSED);
+            return Ok(());
+        }
+        if flow > s.recv_window {
+            self.release_conn(h.len as u32);
+            self.reset(h.stream, Reason::FLOW_CONTROL_ERROR);
+            return Ok(());
+        }
+        s.recv_window -= flow;
+        s.received += data.len() as u64;
+        // RFC 9113 §8.1.1: data that does not match the Content-Length is malformed.
+        if s.length
+            .is_some_and(|n| s.received > n || (end && s.received != n))
+        {
+            self.release_conn(h.len as u32);
+            self.reset(h.stream, Reason::PROTOCOL_ERROR);
+            return Ok(());
+        }
+        if end {
+            s.recv_closed = true;
+        }
+        if padding > 0 {
+            self.release(h.stream, padding);
+        }
+        self.events.push_back(Event::Data {
+            stream: h.stream,
+            data,
+            end,
+        });
+        if end {
+            self.close_if_done(h.stream);
+        }
+        Ok(())
+    }
+
+    fn headers(&mut self, h: Head, payload: Bytes) -> Result<(), ConnError> {
+        if h.stream == 0 {
+            return Err(proto(Reason::PROTOCOL_ERROR, "HEADERS on stream 0"));
+        }
+        let (fragment, dep) =
+            frame::headers_fragment(h.flags, payload).map_err(|e| proto(e.0, "bad HEADERS"))?;
+        if dep == Some(h.stream) {
+            // RFC 9113 §5.3.1: a stream cannot depend on itself (a stream error).
+            self.reset(h.stream, Reason::PROTOCOL_ERROR);
+        }
+        let end_stream = h.flags & flag::END_STREAM != 0;
+        if h.flags & flag::END_HEADERS == 0 {
+            let mut block = BytesMut::with_capacity(fragment.len() * 2);
+            block.extend_from_slice(&fragment);
+            self.partial = Some(Partial {
+                stream: h.stream,
+                end_stream,
+                block,
+            });
+            return Ok(());
+        }
+        self.block(h.stream, end_stream, fragment)
+    }
+
+    fn continuation(&mut self, h: Head, payload: Bytes) -> Result<(), ConnError> {
+        let Some(p) = self.partial.as_mut() else {
+            return Err(proto(
+                Reason::PROTOCOL_ERROR,
+                "CONTINUATION without HEADERS",
+            ));
+        };
+        // A block past the list size and then some is refused whole (CONTINUATION floods).
+        if p.block.len() + payload.len() > self.cfg.max_header_list * 2 + 16_384 {
+            return Err(proto(
+                Reason::ENHANCE_YOUR_CALM,
+                "a header block too large to read",
+            ));
+        }
+        p.block.extend_from_slice(&payload);
+        if h.flags & flag::END_HEADERS == 0 {
+            return Ok(());
+        }
+        let p = self.partial.take().expect("checked above");
+        self.block(p.stream, p.end_stream, p.block.freeze())
+    }
+
+    /// A whole header block: a request's head, or its trailers.
+    fn block(&mut self, id: u32, end_stream: bool, block: Bytes) -> Result<(), ConnError> {
+        let mut fields = Fields::default();
+        let decoded = self
+            .decoder
+            .decode(&block, self.cfg.max_header_list, |f| fields.push(f))
+            .map_err(|_| proto(Reason::COMPRESSION_ERROR, "a header block did not decode"))?;
+        if let Some(s) = self.streams.get_mut(&id) {
+            // Trailers (RFC 9113 §8.1): they end the stream and carry no pseudo-fields.
+            if s.recv_closed {
+                self.reset(id, Reason::STREAM_CLOSED);
+                return Ok(());
+            }
+            if !end_stream || fields.pseudo_seen || decoded.malformed || fields.malformed {
+                self.reset(id, Reason::PROTOCOL_ERROR);
+                return Ok(());
+            }
+            if s.length.is_some_and(|n| s.received != n) {
+                self.reset(id, Reason::PROTOCOL_ERROR);
+                return Ok(());
+            }
+            s.recv_closed = true;
+            self.events.push_back(Event::Trailers {
+                stream: id,
+                trailers: fields.headers,
+            });
+            self.close_if_done(id);
+            return Ok(());
+        }
+        if id <= self.last_stream {
+            // A stream closed already (trailers after a reset, say): its block was decoded
+            // to keep the table in step, and is dropped.
+            return Ok(());
+        }
+        if id % 2 == 0 {
+            return Err(proto(
+                Reason::PROTOCOL_ERROR,
+                "a client opened an even stream",
+            ));
+        }
+        self.last_stream = id;
+        if self.going_away.is_some_and(|last| id > last) {
+            // RFC 9113 §6.8: streams past the GOAWAY's last are ignored.
+            return Ok(());
+        }
+        if self.streams.len() >= self.cfg.max_concurrent_streams as usize {
+            self.write_rst(id, Reason::REFUSED_STREAM);
+            return Ok(());
+        }
+        let mut s = Stream {
+            recv_closed: end_stream,
+            send_closed: false,
+            answered: false,
+            send_window: self.peer_window,
+            recv_window: i64::from(self.cfg.window),
+            unreleased: 0,
+            pending: VecDeque::new(),
+            pending_len: 0,
+            pending_end: false,
+            pending_trailers: None,
+            length: None,
+            received: 0,
+        };
+        if decoded.too_large {
+            // RFC 9113 §10.5.1: a 431 tells the client why.
+            s.recv_closed = true;
+            self.streams.insert(id, s);
+            let mut head = http::response::Response::new(()).into_parts().0;
+            head.status = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+            let _ = self.send_response(id, &head, true);
+            if let Some(s) = self.streams.get(&id) {
+                if !s.recv_closed {
+                    self.write_rst(id, Reason::NO_ERROR);
+                }
+            }
+            self.streams.remove(&id);
+            return Ok(());
+        }
+        let head = match fields.request(decoded.malformed) {
+            Ok(head) => head,
+            Err(()) => {
+                self.write_rst(id, Reason::PROTOCOL_ERROR);
+                return Ok(());
+            }
+        };
+        s.length = match content_length(&head.headers) {
+            Ok(n) => n,
+            Err(()) => {
+                self.write_rst(id, Reason::PROTOCOL_ERROR);
+                return Ok(());
+            }
+        };
+        if end_stream && s.length.is_some_and(|n| n != 0) {
+            self.write_rst(id, Reason::PROTOCOL_ERROR);
+            return Ok(());
+        }
+        self.streams.insert(id, s);
+        self.events.push_back(Event::Request {
+            stream: id,
+            head,
+            end: end_stream,
+        });
+        Ok(())
+    }
+
+    fn rst(&mut self, h: Head, payload: &[u8]) -> Result<(), ConnError> {
+        if h.stream == 0 {
+            return Err(proto(Reason::PROTOCOL_ERROR, "RST_STREAM on stream 0"));
+        }
+        let reason = frame::rst_reason(payload).map_err(|e| proto(e.0, "bad RST_STREAM"))?;
+        if h.stream > self.last_stream {
+            return Err(proto(
+                Reason::PROTOCOL_ERROR,
+                "RST_STREAM on an idle stream",
+            ));
+        }
+        if self.streams.remove(&h.stream).is_some() {
+            self.reset_budget = self.reset_budget.saturating_sub(1);
+            if self.reset_budget == 0 {
+                return Err(proto(Reason::ENHANCE_YOUR_CALM, "too many streams reset"));
+            }
+            self.events.push_back(Event::Reset {
+                stream: h.stream,
+                reason,
+            });
+        }
+        Ok(())
+    }
+
+    fn settings(&mut self, h: Head, payload: &[u8]) -> Result<(), ConnError> {
+        if h.stream != 0 {
+            return Err(proto(Reason::PROTOCOL_ERROR, "SETTINGS on a stream"));
+        }
+        if h.flags & flag::ACK != 0 {
+            if !payload.is_empty() {
+                return Err(proto(
+                    Reason::FRAME_SIZE_ERROR,
+                    "a SETTINGS ack with a payload",
+                ));
+            }
+            return Ok(());
+        }
+        let list = frame::settings(payload).map_err(|e| proto(e.0, "bad SETTINGS"))?;
+        for s in list {
+            match s {
+                Setting::InitialWindowSize(v) => {
+                    // RFC 9113 §6.9.2: every stream's window moves by the difference.
+                    let delta = i64::from(v) - self.peer_window;
+                    self.peer_window = i64::from(v);
+                    for s in self.streams.values_mut() {
+                        s.send_window += delta;
+                        if s.send_window > 0x7fff_ffff {
+                            return Err(proto(
+                                Reason::FLOW_CONTROL_ERROR,
+                                "SETTINGS took a window past 2^31-1",
+                            ));
+                        }
+                    }
+                    if delta > 0 {
+                        let ids: Vec<u32> = self.streams.keys().copied().collect();
+                        for id in ids {
+                            self.flush_stream(id);
+                        }
+                    }
+                }
+                Setting::MaxFrameSize(v) => self.peer_max_frame = v as usize,
+                // This side's encoder never uses the dynamic table, so the table size the
+                // client allows does not matter; push is never used.
+                _ => {}
+            }
+        }
+        frame::write_settings_ack(&mut self.out.tail);
+        self.out.len += HEADER_LEN;
+        Ok(())
+    }
+
+    fn window_update(&mut self, h: Head, payload: &[u8]) -> Result<(), ConnError> {
+        let inc = frame::window_increment(payload).map_err(|e| proto(e.0, "bad WINDOW_UPDATE"))?;
+        if h.stream == 0 {
+            if inc == 0 {
+                return Err(proto(Reason::PROTOCOL_ERROR, "a WINDOW_UPDATE of 0"));
+            }
+            self.send_window += i64::from(inc);
+            if self.send_window > 0x7fff_ffff {
+                return Err(proto(Reason::FLOW_CONTROL_ERROR, "a window past 2^31-1"));
+            }
+            let mut n = self.blocked.len();
+            while n > 0 && self.send_window > 0 {
+                n -= 1;
+                if let Some(id) = self.blocked.pop_front() {
+                    self.flush_stream(id);
+                }
+            }
+            return Ok(());
+        }
+        if h.stream > self.last_stream {
+            return Err(proto(
+                Reason::PROTOCOL_ERROR,
+                "WINDOW_UPDATE on an idle stream",
+            ));
+        }
+        let Some(s) = self.streams.get_mut(&h.stream) else {
+            return Ok(());
+        };
+        if inc == 0 {
+            self.reset(h.stream, Reason::PROTOCOL_ERROR);
+            return Ok(());
+        }
+        s.send_window += i64::from(inc);
+        if s.send_window > 0x7fff_ffff {
+            self.reset(h.stream, Reason::FLOW_CONTROL_ERROR);
+            return Ok(());
+        }
+        self.flush_stream(h.stream);
+        Ok(())
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Sends a request's answer head (`100`-class heads are informational and may precede
+    /// it); `end`: no body follows.
+    pub fn send_response(
+        &mut self,
+        id: u32,
+        head: &http::response::Parts,
+        end: bool,
+    ) -> Result<(), StreamGone> {
+        let s = self.streams.get_mut(&id).ok_or(StreamGone)?;
+        if s.send_closed {
+            return Err(StreamGone);
+        }
+        let informational = head.status.is_informational();
+        let end = end && !informational;
+        if !informational {
+            s.answered = true;
+        }
+        let mut block = BytesMut::with_capacity(128);
+        self.encoder.status(head.status, &mut block);
+        for (name, value) in &head.headers {
+            if !forbidden(name) {
+                self.encoder.header(name, value, &mut block);
+            }
+        }
+        frame::write_headers(&mut self.out.tail, id, &block, end, self.peer_max_frame);
+        self.out.len += block.len() + HEADER_LEN * block.len().div_ceil(self.peer_max_frame).max(1);
+        if end {
+            s.send_closed = true;
+            self.close_if_done(id);
+        }
+        Ok(())
+    }
+
+    /// Queues a piece of an answer's body, sent as the client's windows allow; `end`: the
+    /// body ends with it. Keep [`Connection::buffered`] small before queuing more.
+    pub fn send_data(&mut self, id: u32, data: Bytes, end: bool) -> Result<(), StreamGone> {
+        let s = self.streams.get_mut(&id).ok_or(StreamGone)?;
+        if s.send_closed || s.pending_end {
+            return Err(StreamGone);
+        }
+        s.pending_len += data.len();
+        if !data.is_empty() {
+            s.pending.push_back(data);
+        }
+        s.pending_end = end;
+        self.flush_stream(id);
+        Ok(())
+    }
+
+    /// Queues an answer's trailers, which end it (after the data queued before them).
+    pub fn send_trailers(&mut self, id: u32, trailers: HeaderMap) -> Result<(), StreamGone> {
+        let s = self.streams.get_mut(&id).ok_or(StreamGone)?;
+        if s.send_closed || s.pending_end {
+            return Err(StreamGone);
+        }
+        s.pending_end = true;
+        s.pending_trailers = Some(trailers);
+        self.flush_stream(id);
+        Ok(())
+    }
+
+    /// The answer's data queued on `id` and not yet sent (held back by the windows).
+    pub fn buffered(&self, id: u32) -> usize {
+        self.streams.get(&id).map_or(0, |s| s.pending_len)
+    }
+
+    /// Gives back `n` bytes of `id`'s request body that the shell consumed: the client may
+    /// send as much again (WINDOW_UPDATEs once half a window was consumed).
+    pub fn release(&mut self, id: u32, n: usize) {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        if let Some(s) = self.streams.get_mut(&id) {
+            s.unreleased = s.unreleased.saturating_add(n);
+            if !s.recv_closed && s.unreleased >= self.cfg.window / 2 {
+                frame::write_window_update(&mut self.out.tail, id, s.unreleased);
+                self.out.len += HEADER_LEN + 4;
+                s.recv_window += i64::from(s.unreleased);
+                s.unreleased = 0;
+            }
+        }
+        self.release_conn(n);
+    }
+
+    fn release_conn(&mut self, n: u32) {
+        self.unreleased = self.unreleased.saturating_add(n);
+        if self.unreleased >= self.cfg.window / 2 {
+            frame::write_window_update(&mut self.out.tail, 0, self.unreleased);
+            self.out.len += HEADER_LEN + 4;
+            self.recv_window += i64::from(self.unreleased);
+            self.unreleased = 0;
+        }
+    }
+
+    /// Resets `id` with `reason` (nothing more is sent or taken on it).
+    pub fn reset(&mut self, id: u32, reason: Reason) {
+        if let Some(s) = self.streams.remove(&id) {
+            if s.pending_len > 0 {
+                self.blocked.retain(|&b| b != id);
+            }
+            self.events.push_back(Event::Reset { stream: id, reason });
+        }
+        self.write_rst(id, reason);
+    }
+
+    /// Ends the connection gracefully: no new streams (GOAWAY); those open finish.
+    pub fn graceful_shutdown(&mut self) {
+        if self.going_away.is_none() {
+            self.going_away = Some(self.last_stream);
+            frame::write_goaway(&mut self.out.tail, self.last_stream, Reason::NO_ERROR, b"");
+            self.out.len += HEADER_LEN + 8;
+        }
+    }
+
+    /// Whether the connection has nothing more to do: it failed, or it is going away (or the
+    /// client's end was read) with no stream open. Write what is queued, then close.
+    pub fn is_done(&self) -> bool {
+        self.failed.is_some()
+            || ((self.going_away.is_some() || self.eof) && self.streams.is_empty())
+    }
+
+    /// The streams open.
+    pub fn open_streams(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Bytes queued to be written.
+    pub fn wants_write(&self) -> usize {
+        self.out.len
+    }
+
+    /// Fills `dst` with the queued bytes, in order; how many slices it filled.
+    pub fn transmit<'a>(&'a mut self, dst: &mut [IoSlice<'a>]) -> usize {
+        self.out.seal();
+        let mut n = 0;
+        for (slot, b) in dst.iter_mut().zip(self.out.queue.iter()) {
+            *slot = IoSlice::new(b);
+            n += 1;
+        }
+        n
+    }
+
+    /// Drops the first `n` bytes of the queue (what the socket took).
+    pub fn advance(&mut self, mut n: usize) {
+        self.out.len -= n.min(self.out.len);
+        while n > 0 {
+            let Some(front) = self.out.queue.front_mut() else {
+                break;
+            };
+            if front.len() > n {
+                let _ = front.split_to(n);
+                break;
+            }
+            n -= front.len();
+            self.out.queue.pop_front();
+        }
+    }
+
+    /// Sends what `id`'s windows allow of its queued data (and its end, and trailers).
+    fn flush_stream(&mut self, id: u32) {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return;
+        };
+        let max = self.peer_max_frame;
+        while let Some(front) = s.pending.front_mut() {
+            let room = s.send_window.min(self.send_window);
+            if room <= 0 {
+                if self.send_window <= 0 && s.send_window > 0 && !self.blocked.contains(&id) {
+                    self.blocked.push_back(id);
+                }
+                return;
+            }
+            let take = front.len().min(room as usize).min(max);
+            let piece = if take == front.len() {
+                s.pending.pop_front().expect("front exists")
+            } else {
+                front.split_to(take)
+            };
+            s.pending_len -= take;
+            s.send_window -= take as i64;
+            self.send_window -= take as i64;
+            let last = s.pending.is_empty() && s.pending_end && s.pending_trailers.is_none();
+            frame::write_data_head(&mut self.out.tail, id, take, last);
+            if take <= COPY_MAX {
+                self.out.tail.put_slice(&piece);
+            } else {
+                self.out.seal();
+                self.out.queue.push_back(piece);
+            }
+            self.out.len += HEADER_LEN + take;
+            if last {
+                s.send_closed = true;
+            }
+        }
+        if s.pending_end && !s.send_closed {
+            if let Some(t) = s.pending_trailers.take() {
+                let mut block = BytesMut::with_capacity(64);
+                for (name, value) in &t {
+                    if !forbidden(name) {
+                        self.encoder.header(name, value, &mut block);
+                    }
+                }
+                frame::write_headers(&mut self.out.tail, id, &block, true, max);
+                self.out.len += block.len() + HEADER_LEN * block.len().div_ceil(max).max(1);
+            } else {
+                frame::write_data_head(&mut self.out.tail, id, 0, true);
+                self.out.len += HEADER_LEN;
+            }
+            s.send_closed = true;
+        }
+        if s.send_closed {
+            self.close_if_done(id);
+        }
+    }
+
+    /// Forgets `id` once both sides ended it.
+    fn close_if_done(&mut self, id: u32) {
+        if self
+            .streams
+            .get(&id)
+            .is_some_and(|s| s.send_closed && s.recv_closed)
+        {
+            self.streams.remove(&id);
+            self.reset_budget = (self.reset_budget + 1).min(self.cfg.max_resets);
+        }
+    }
+
+    fn write_rst(&mut self, id: u32, reason: Reason) {
+        frame::write_rst(&mut self.out.tail, id, reason);
+        self.out.len += HEADER_LEN + 4;
+    }
+
+    /// Fails the connection with `e`: GOAWAY, and every stream is dropped.
+    fn fail(&mut self, e: ConnError) {
+        if self.failed.is_some() {
+            return;
+        }
+        if let ConnError::Protocol { reason, what } = &e {
+            frame::write_goaway(
+                &mut self.out.tail,
+                self.last_stream,
+                *reason,
+                what.as_bytes(),
+            );
+            self.out.len += HEADER_LEN + 8 + what.len();
+        }
+        self.failed = Some(e);
+        self.streams.clear();
+        self.blocked.clear();
+    }
+}
+
+fn proto(reason: Reason, what: &'static str) -> ConnError {
+    ConnError::Protocol { reason, what }
+}
+
+/// Connection-specific fields, which HTTP/2 forbids (RFC 9113 §8.2.2).
+fn forbidden(name: &HeaderName) -> bool {
+    name == header::CONNECTION
+        || name == header::TRANSFER_ENCODING
+        || name == header::UPGRADE
+        || name == "keep-alive"
+        || name == "proxy-connection"
+}
+
+/// A request's `Content-Length`: none, one number, or an error (several that differ, or one
+/// that is not a number).
+fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ()> {
+    let mut n = None;
+    for v in headers.get_all(header::CONTENT_LENGTH) {
+        let v: u64 = std::str::from_utf8(v.as_bytes())
+            .ok()
+            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|s| s.parse().ok())
+            .ok_or(())?;
+        if n.is_some_and(|n| n != v) {
+            return Err(());
+        }
+        n = Some(v);
+    }
+    Ok(n)
+}
+
+/// A request's fields as they are decoded.
+#[derive(Default)]
+struct Fields {
+    method: Option<Bytes>,
+    scheme: Option<Bytes>,
+    authority: Option<Bytes>,
+    path: Option<Bytes>,
+    headers: HeaderMap,
+    pseudo_seen: bool,
+    regular_seen: bool,
+    malformed: bool,
+}
+
+impl Fields {
+    fn push(&mut self, f: Field) {
+        match f {
+            Field::Pseudo(kind, value) => {
+                self.pseudo_seen = true;
+                // RFC 9113 §8.3: pseudo-fields come first, once each.
+                if self.regular_seen {
+                    self.malformed = true;
+                    return;
+                }
+                let slot = match kind {
+                    Pseudo::Method => &mut self.method,
+                    Pseudo::Scheme => &mut self.scheme,
+                    Pseudo::Authority => &mut self.authority,
+                    Pseudo::Path => &mut self.path,
+                    // `:status` is a response's; `:protocol` (RFC 8441) is not supported.
+                    Pseudo::Status | Pseudo::Protocol => {
+                        self.malformed = true;
+                        return;
+                    }
+                };
+                if slot.is_some() {
+                    self.malformed = true;
+                }
+                *slot = Some(value);
+            }
+            Field::Header(name, value) => {
+                self.regular_seen = true;
+                // RFC 9113 §8.2.2: connection-specific fields, and TE other than "trailers".
+                if forbidden(&name) || (name == header::TE && value != "trailers") {
+                    self.malformed = true;
+                    return;
+                }
+                self.headers.append(name, value);
+            }
+        }
+    }
+
+    /// The request's head, or `Err` when it is malformed (RFC 9113 §8.3.1).
+    fn request(self, malformed: bool) -> Result<http::request::Parts, ()> {
+        if malformed || self.malformed {
+            return Err(());
+        }
+        let method = Method::from_bytes(&self.method.ok_or(())?).map_err(|_| ())?;
+        let mut uri = http::uri::Parts::default();
+        if method == Method::CONNECT {
+            // RFC 9113 §8.5: only `:authority`.
+            if self.scheme.is_some() || self.path.is_some() {
+                return Err(());
+            }
+            uri.authority = Some(
+                http::uri::Authority::from_maybe_shared(self.authority.ok_or(())?)
+                    .map_err(|_| ())?,
+            );
+        } else {
+            let path = self.path.ok_or(())?;
+            let scheme = self.scheme.ok_or(())?;
+            if path.is_empty() {
+                return Err(());
+            }
+            if let Some(a) = self.authority {
+                uri.scheme = Some(http::uri::Scheme::try_from(&scheme[..]).map_err(|_| ())?);
+                uri.authority = Some(http::uri::Authority::from_maybe_shared(a).map_err(|_| ())?);
+            }
+            // `OPTIONS *` has the path `*`.
+            uri.path_and_query =
+                Some(http::uri::PathAndQuery::from_maybe_shared(path).map_err(|_| ())?);
+        }
+        let uri = Uri::from_parts(uri).map_err(|_| ())?;
+        let (mut head, ()) = http::Request::new(()).into_parts();
+        head.method = method;
+        head.uri = uri;
+        head.version = Version::HTTP_2;
+        head.headers = self.headers;
+        Ok(head)
+    }
+}
+
+#[cfg(test)]
+mod tests;
