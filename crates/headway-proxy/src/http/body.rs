@@ -274,127 +274,7 @@ impl Source {
     }
 }
 
-/// The receiving half of a server's HTTP/2 stream: its data, then its trailers. The flow
-/// control window is given back as the data is taken, so a server sends no faster than the
-/// client reads.
-#[derive(Debug)]
-pub struct H2Recv {
-    /// The stream.
-    stream: h2::RecvStream,
-    /// The answer's `Content-Length`, if it gave one.
-    length: Option<u64>,
-    /// Data bytes taken so far.
-    taken: u64,
-    /// Where the stream is: its data, its trailers, or nothing more.
-    stage: H2Stage,
-    /// An answer's place on the server connection, given back with the body.
-    _place: Option<crate::upstream::h2::Stream>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum H2Stage {
-    Data,
-    Trailers,
-    Done,
-}
-
-impl H2Recv {
-    /// The body of an answer whose fields are `headers`.
-    pub fn new(stream: h2::RecvStream, headers: &http::HeaderMap) -> Self {
-        let length = headers
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok());
-        H2Recv {
-            stream,
-            length,
-            taken: 0,
-            stage: H2Stage::Data,
-            _place: None,
-        }
-    }
-
-    /// The same, holding `place` on the server's connection until the body is dropped.
-    pub fn holding(mut self, place: Option<crate::upstream::h2::Stream>) -> Self {
-        self._place = place;
-        self
-    }
-
-    fn stream(&mut self) -> &mut h2::RecvStream {
-        &mut self.stream
-    }
-
-    /// The data bytes still to come, when the server said how many it sends.
-    pub fn remaining(&self) -> Option<u64> {
-        self.length.map(|n| n.saturating_sub(self.taken))
-    }
-
-    /// Whether nothing more (not even trailers) is to come.
-    pub fn is_end_stream(&self) -> bool {
-        self.stage == H2Stage::Done || self.stream.is_end_stream()
-    }
-
-    /// The next frame: data, then the trailers; `None` at the end.
-    pub(crate) fn poll_frame(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
-        if self.stage == H2Stage::Data {
-            match ready!(self.stream().poll_data(cx)) {
-                Some(Ok(d)) => {
-                    // The window is given back as the data is taken; a stream the server
-                    // reset meanwhile has none to give back, which is no error here.
-                    let _ = self.stream().flow_control().release_capacity(d.len());
-                    self.taken += d.len() as u64;
-                    return Poll::Ready(Some(Ok(Frame::data(d))));
-                }
-                Some(Err(e)) => {
-                    self.stage = H2Stage::Done;
-                    return Poll::Ready(Some(Err(e)));
-                }
-                None => self.stage = H2Stage::Trailers,
-            }
-        }
-        if self.stage == H2Stage::Trailers {
-            let polled = ready!(self.stream().poll_trailers(cx));
-            self.stage = H2Stage::Done;
-            return Poll::Ready(match polled {
-                Ok(Some(t)) => Some(Ok(Frame::trailers(t))),
-                Ok(None) => None,
-                Err(e) => Some(Err(e)),
-            });
-        }
-        Poll::Ready(None)
-    }
-}
-
-/// Reads and drops `stream`'s data (its window given back) until its end, an error, `max`
-/// bytes, or `idle` without data; whether it reached its end.
-pub(crate) async fn discard_h2(
-    stream: &mut h2::RecvStream,
-    max: usize,
-    idle: Option<std::time::Duration>,
-) -> bool {
-    let mut left = max;
-    while left > 0 {
-        let next = match idle {
-            Some(idle) => tokio::time::timeout(idle, stream.data())
-                .await
-                .ok()
-                .flatten(),
-            None => stream.data().await,
-        };
-        match next {
-            Some(Ok(d)) => {
-                left = left.saturating_sub(d.len());
-                let _ = stream.flow_control().release_capacity(d.len());
-            }
-            Some(Err(_)) => return false,
-            None => return true,
-        }
-    }
-    false
-}
+pub use crate::upstream::h2::H2Recv;
 
 /// Why a server's body could not be read to its end.
 #[derive(Debug, thiserror::Error)]
@@ -414,7 +294,7 @@ pub enum BodyError {
     Compress(#[from] EncodeError),
     /// The server's HTTP/2 stream ended in an error (a reset, the connection lost).
     #[error("the server's HTTP/2 stream failed: {0}")]
-    H2(#[from] h2::Error),
+    H2(#[from] crate::upstream::h2::StreamError),
 }
 
 /// An access log line being filled in, and its log. (Boxed: it is most of an exchange's

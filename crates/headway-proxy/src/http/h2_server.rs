@@ -1,5 +1,5 @@
 //! HTTP/2 client connections: the shell around the proxy's own HTTP/2 core
-//! ([`headway_h2::server::Connection`]).
+//! ([`headway_h2::connection::Connection`]).
 //!
 //! One task per connection does everything, in passes: it reads what the socket has into the
 //! core, takes the core's events (a request starts its handling, [`super::handle`]; data and
@@ -26,7 +26,6 @@
 
 mod recv;
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::io::IoSlice;
 use std::pin::Pin;
@@ -35,8 +34,9 @@ use std::task::{ready, Context, Poll, Waker};
 
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt as _};
+use headway_h2::connection::{Config, Connection, Event};
 use headway_h2::frame::Reason;
-use headway_h2::server::{Config, Connection, Event};
+use headway_h2::stream_map::StreamMap;
 use http::{header, HeaderValue, Request, Response};
 use hyper::body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -67,6 +67,7 @@ pub(super) fn settings(max_header_bytes: usize) -> Config {
     Config {
         max_concurrent_streams: 256,
         window: WINDOW,
+        connection_window: WINDOW,
         max_header_list: max_header_bytes,
         ..Config::default()
     }
@@ -122,9 +123,9 @@ pub(super) struct H2Conn<T> {
     shared: Arc<Shared>,
     handlings: FuturesUnordered<Handling>,
     /// Answers whose bodies are being sent, by stream.
-    answers: HashMap<u32, RespBody>,
+    answers: StreamMap<RespBody>,
     /// Streams that need more than their handling and answer (see [`Extra`]).
-    extra: HashMap<u32, Extra>,
+    extra: StreamMap<Extra>,
     notices: Vec<Notice>,
     /// The client's end was read.
     read_closed: bool,
@@ -144,8 +145,8 @@ where
             conn,
             shared: Arc::default(),
             handlings: FuturesUnordered::new(),
-            answers: HashMap::new(),
-            extra: HashMap::new(),
+            answers: StreamMap::default(),
+            extra: StreamMap::default(),
             notices: Vec::new(),
             read_closed: false,
             shut: false,
@@ -187,6 +188,8 @@ where
                     }
                 }
                 Event::Trailers { stream, trailers } => self.shared.trailers(stream, trailers),
+                // A client's connection: no answers, no streams of this side's, no pings.
+                Event::Response { .. } | Event::Unprocessed { .. } | Event::Pong => {}
                 Event::Reset { stream, reason } => {
                     let held = self.shared.reset(stream, reason);
                     self.core.release(stream, held);

@@ -47,7 +47,6 @@ pub mod compress;
 pub mod framing;
 mod gone_client;
 pub mod h1;
-mod h2_pipe;
 mod h2_server;
 pub mod headers;
 pub mod mirror;
@@ -178,7 +177,7 @@ pub struct VsRuntime {
     /// hyper's HTTP/1 server settings, built once (a builder per connection allocated its
     /// timer anew each time), and the HTTP/2 server's ([`h2_server`]).
     http1: hyper::server::conn::http1::Builder,
-    http2: headway_h2::server::Config,
+    http2: headway_h2::connection::Config,
 }
 
 impl VsRuntime {

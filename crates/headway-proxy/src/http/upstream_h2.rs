@@ -23,13 +23,15 @@ use std::sync::atomic::AtomicUsize;
 use http::{HeaderValue, Request, StatusCode, Version};
 use hyper::body::Body as _;
 
-use super::body::{H2Body, H2Recv, ReqBody, Source};
+use headway_h2::frame::Reason;
+
+use super::body::{H2Body, ReqBody, Source};
 use super::codec::ResponseHead;
 use super::gone_client::{Awaiting, DRAIN_BYTES};
 use super::Attempt;
 use crate::group::ServerState;
 use crate::stats::VirtualServerCounters;
-use crate::upstream::h2::Stream;
+use crate::upstream::h2::{Answer, H2Recv, Stream, StreamError};
 
 /// A request as it goes to HTTP/2 servers, built once for all attempts.
 pub(super) struct H2Request {
@@ -103,7 +105,7 @@ impl H2Request {
 /// beside a steady POST load, 995 of 98,941 POSTs failed with 502. Past
 /// [`super::gone_client::MAX_AWAITED`] awaited for the client connection, the stream is reset.
 struct Awaited {
-    answer: Option<h2::client::ResponseFuture>,
+    answer: Option<Answer>,
     deadline: tokio::time::Instant,
     /// The stream's place on its connection, given back when the answer is read or dropped.
     stream: Option<Stream>,
@@ -113,7 +115,7 @@ struct Awaited {
 
 impl Awaited {
     fn new(
-        answer: h2::client::ResponseFuture,
+        answer: Answer,
         deadline: tokio::time::Instant,
         stream: Stream,
         awaited: &std::sync::Arc<AtomicUsize>,
@@ -128,7 +130,7 @@ impl Awaited {
 }
 
 impl std::future::Future for Awaited {
-    type Output = Result<http::Response<h2::RecvStream>, h2::Error>;
+    type Output = Result<(http::response::Parts, bool), StreamError>;
 
     fn poll(
         mut self: std::pin::Pin<&mut Self>,
@@ -138,7 +140,7 @@ impl std::future::Future for Awaited {
             return std::task::Poll::Pending;
         };
         let r = std::task::ready!(std::pin::Pin::new(answer).poll(cx));
-        self.answer = None;
+        // (Kept until the body is made: dropping it now would let the stream go.)
         std::task::Poll::Ready(r)
     }
 }
@@ -148,6 +150,9 @@ impl Drop for Awaited {
         let Some(answer) = self.answer.take() else {
             return;
         };
+        if answer.is_settled() {
+            return;
+        }
         let deadline = self.deadline;
         if deadline <= tokio::time::Instant::now() {
             return; // given up on: the stream is reset
@@ -162,15 +167,21 @@ impl Drop for Awaited {
         rt.spawn(async move {
             let _held = held;
             let _ = tokio::time::timeout_at(deadline, async move {
-                let Ok(resp) = answer.await else { return };
-                super::body::discard_h2(&mut resp.into_body(), DRAIN_BYTES, None).await;
+                let mut answer = answer;
+                let Ok((head, _)) = (&mut answer).await else {
+                    return;
+                };
+                let (conn, id) = answer.stream();
+                let mut body = H2Recv::new(conn, id, &head.headers, None);
+                drop(answer);
+                body.discard(DRAIN_BYTES, None).await;
             })
             .await;
         });
     }
 }
 
-/// One attempt on one server: stream, request, response head (1xx answers skipped by h2).
+/// One attempt on one server: stream, request, response head (1xx answers skipped).
 pub(super) async fn exchange(
     server: &std::sync::Arc<ServerState>,
     cfg: &headway_config::adc::ServerGroup,
@@ -233,37 +244,37 @@ pub(super) async fn exchange(
         bodiless || matches!(body, Some(ReqBody::Replay(r)) if r.resendable())
     };
     // A stream is opened once the server's concurrency limit allows one.
-    let mut send = match tokio::time::timeout_at(deadline, send.into_inner().ready()).await {
-        Ok(Ok(s)) => s,
+    let length = inner.as_ref().and_then(|b| b.size_hint().exact());
+    let conn = send.conn().clone();
+    drop(send);
+    let head = req.to_request(length);
+    let opened = std::future::poll_fn(|cx| {
+        conn.poll_open(cx, (head.method(), head.uri(), head.headers()), bodiless)
+    });
+    let id = match tokio::time::timeout_at(deadline, opened).await {
+        Ok(Ok(id)) => id,
         Ok(Err(_)) => return Err(closed()),
         Err(_) => return Err(timed_out()),
     };
-    let length = inner.as_ref().and_then(|b| b.size_hint().exact());
-    let (answer, stream) = match send.send_request(req.to_request(length), bodiless) {
-        Ok(sent) => sent,
-        Err(e) if e.is_io() || e.is_go_away() || e.is_remote() => return Err(closed()),
-        Err(e) => {
-            failed(&e.to_string(), false);
-            return Err(Attempt::Fail(
-                StatusCode::BAD_GATEWAY,
-                "the request could not be sent over HTTP/2",
-            ));
-        }
-    };
+    drop(head);
     let fault = if let Some(inner) = inner {
         let sent_body = H2Body::new(inner, max_body, Some((vs_counters.clone(), server.clone())));
         let fault = sent_body.fault_cell();
         // A body that fails (the client's, or one past the limit: `H2Body` says which) resets
         // the stream, so the answer fails too.
-        tokio::spawn(super::h2_pipe::pipe(sent_body, stream, h2::Reason::CANCEL));
+        tokio::spawn(crate::upstream::h2::send_body(
+            sent_body,
+            conn.clone(),
+            id,
+            Reason::CANCEL,
+        ));
         Some(fault)
     } else {
-        drop(stream);
         None
     };
-    let mut answer = Awaited::new(answer, deadline, place, awaited);
+    let mut answer = Awaited::new(Answer::new(conn, id), deadline, place, awaited);
     let waited = tokio::time::timeout_at(deadline, &mut answer).await;
-    let resp = match waited {
+    let (parts, _) = match waited {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
             if let Some(fault) = fault.as_deref().and_then(H2Body::fault) {
@@ -272,19 +283,15 @@ pub(super) async fn exchange(
             }
             // Not taken by the server: refused, or above the last stream a graceful GOAWAY
             // said it would process (NGINX closes its connections so after 1,000 requests by
-            // default; the h2 crate fails only those streams with that GOAWAY's NO_ERROR). A
-            // body already on its way cannot be sent again unless it was read whole.
-            // (A GOAWAY's is the connection's routine end, not a failure of the server.)
-            let untaken = if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
-                failed("the server refused the stream", false);
-                Some("the server refused the request unprocessed")
-            } else if e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR) {
-                tracing::debug!(group = %cfg.name, server = %server.address, "a stream past the server's GOAWAY");
-                Some("the server closed the connection before taking the request")
-            } else {
-                None
-            };
-            if let Some(why) = untaken {
+            // default). A body already on its way cannot be sent again unless it was read
+            // whole. (A GOAWAY's is the connection's routine end, not a failure of the
+            // server.)
+            if let Some(why) = e.untaken() {
+                if matches!(e, StreamError::Reset(_)) {
+                    failed("the server refused the stream", false);
+                } else {
+                    tracing::debug!(group = %cfg.name, server = %server.address, "a stream past the server's GOAWAY");
+                }
                 return Err(if resendable(body) {
                     Attempt::Untaken(StatusCode::BAD_GATEWAY, why)
                 } else {
@@ -308,8 +315,12 @@ pub(super) async fn exchange(
     let rt = headway_core::SystemClock::now().saturating_duration_since(sent_at);
     server.counters.latency.record(rt);
     server.observe_response_time(rt);
-    let (parts, stream) = resp.into_parts();
-    let source = H2Recv::new(stream, &parts.headers).holding(answer.stream.take());
+    let (conn, id) = answer.answer.as_ref().expect("answered").stream();
+    let source = H2Recv::new(conn, id, &parts.headers, answer.stream.take());
+    // The answer's future is let go without a reset: the body has the stream now.
+    if let Some(a) = answer.answer.take() {
+        a.settle();
+    }
     Ok((
         ResponseHead {
             status: parts.status,

@@ -7,12 +7,13 @@
 //! answered then), a body dropped before its end. The lock is held only to move a chunk or a
 //! notice; the task takes the notices after each of its passes.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use headway_h2::frame::Reason;
+use headway_h2::stream_map::StreamMap;
 use http::HeaderMap;
 use hyper::body::Frame;
 
@@ -25,7 +26,7 @@ pub(crate) struct Shared {
 #[derive(Debug, Default)]
 struct Inner {
     /// The queue of each body still read, by stream.
-    queues: HashMap<u32, Queue>,
+    queues: StreamMap<Queue>,
     /// What the bodies did since the task last looked.
     notices: Vec<Notice>,
     /// The connection's task, woken by a notice.

@@ -1,28 +1,37 @@
-//! The server side of one HTTP/2 connection (RFC 9113), sans I/O.
+//! One HTTP/2 connection (RFC 9113), either side, sans I/O.
 //!
 //! [`Connection`] owns the connection's state — the settings of both sides, the HPACK
 //! contexts, every open stream with its two flow-control windows, the frames waiting to be
-//! written — and makes every protocol decision. The shell (the proxy's `h2_server`) does the
-//! rest: it reads the socket into [`Connection::read_buf`] and calls
-//! [`Connection::handle_read`], takes the [`Event`]s ([`Connection::poll_event`]), answers
-//! with [`Connection::send_response`], [`Connection::send_data`],
-//! [`Connection::send_trailers`] and [`Connection::reset`], gives back what it consumed of a
-//! request body ([`Connection::release`]), and writes [`Connection::transmit`]'s bytes,
-//! calling [`Connection::advance`] with what the socket took. It stops reading while
-//! [`Connection::wants_write`] holds a lot (so a peer that does not read cannot make the queue
-//! grow), and closes the socket once [`Connection::is_done`].
+//! written — and makes every protocol decision. A shell (the proxy's `h2_server` for
+//! clients, `upstream::h2` for servers) does the rest: it reads the socket into
+//! [`Connection::read_buf`] and calls [`Connection::handle_read`], takes the [`Event`]s
+//! ([`Connection::poll_event`]), and writes [`Connection::transmit`]'s bytes, calling
+//! [`Connection::advance`] with what the socket took. It stops reading while
+//! [`Connection::wants_write`] holds a lot (so a peer that does not read cannot make the
+//! queue grow), and closes the socket once [`Connection::is_done`].
+//!
+//! - The server side ([`Connection::new`]) answers requests with
+//!   [`Connection::send_response`], [`Connection::send_data`], [`Connection::send_trailers`]
+//!   and [`Connection::reset`].
+//! - The client side ([`Connection::client`]) opens streams with
+//!   [`Connection::send_request`] while [`Connection::can_open`], sends bodies the same way,
+//!   and gets [`Event::Response`]s; streams past a GOAWAY come back as
+//!   [`Event::Unprocessed`].
+//!
+//! Either side gives back what it consumed of a body ([`Connection::release`]).
 //!
 //! What the core enforces: the client preface, frame sizes, stream identifiers and states,
-//! header blocks with their CONTINUATIONs in one piece, malformed requests (RFC 9113 §8.1.1:
-//! pseudo-header rules, connection-specific fields, `Content-Length` against the data) as
-//! stream errors, both directions' flow control, SETTINGS and PING acknowledgements,
-//! SETTINGS_MAX_CONCURRENT_STREAMS (REFUSED_STREAM past it), an oversized header list (a
-//! `431` answer, as RFC 9113 §10.5.1 suggests), a bound on streams reset by the client
-//! (CVE-2023-44487, "rapid reset": ENHANCE_YOUR_CALM past it), and graceful shutdown with
-//! GOAWAY. Not here: priorities (read and ignored, RFC 9113 §5.3.2), server push (never
-//! sent: a client's PUSH_PROMISE is a connection error), the extended CONNECT protocol.
+//! header blocks with their CONTINUATIONs in one piece, malformed requests and answers (RFC
+//! 9113 §8.1.1: pseudo-header rules, connection-specific fields, `Content-Length` against
+//! the data) as stream errors, both directions' flow control, SETTINGS and PING
+//! acknowledgements, SETTINGS_MAX_CONCURRENT_STREAMS both ways (REFUSED_STREAM past this
+//! side's), an oversized request header list (a `431` answer, as RFC 9113 §10.5.1 suggests),
+//! a bound on streams reset by the client (CVE-2023-44487, "rapid reset": ENHANCE_YOUR_CALM
+//! past it), and graceful shutdown with GOAWAY. Not here: priorities (read and ignored, RFC
+//! 9113 §5.3.2), server push (never sent, refused on the client side by SETTINGS_ENABLE_PUSH
+//! = 0, and a client's PUSH_PROMISE is a connection error), the extended CONNECT protocol.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::IoSlice;
 
 use bytes::{BufMut as _, Bytes, BytesMut};
@@ -30,14 +39,17 @@ use http::{header, HeaderMap, HeaderName, Method, StatusCode, Uri, Version};
 
 use crate::frame::{self, flag, kind, Head, Reason, Setting, HEADER_LEN, PREFACE};
 use crate::hpack::{self, Field, Pseudo};
+use crate::stream_map::StreamMap;
 
 /// A server connection's own settings.
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The streams a client may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
     pub max_concurrent_streams: u32,
-    /// Each stream's receive window (SETTINGS_INITIAL_WINDOW_SIZE), and the connection's.
+    /// Each stream's receive window (SETTINGS_INITIAL_WINDOW_SIZE).
     pub window: u32,
+    /// The connection's receive window (all streams together; at least 65,535).
+    pub connection_window: u32,
     /// The largest header list a request may carry (SETTINGS_MAX_HEADER_LIST_SIZE, counted as
     /// RFC 9113 §6.5.2 does); a larger one is answered `431`.
     pub max_header_list: usize,
@@ -51,6 +63,7 @@ impl Default for Config {
         Config {
             max_concurrent_streams: 256,
             window: 1 << 20,
+            connection_window: 1 << 20,
             max_header_list: 16 << 10,
             max_resets: 1000,
         }
@@ -70,8 +83,26 @@ pub enum Event {
         /// No body follows.
         end: bool,
     },
-    /// A piece of a request's body. Give its length back with [`Connection::release`] once
-    /// consumed, or the client stops sending.
+    /// An answer's head on a stream this side opened (client side; informational `1xx`
+    /// answers are skipped). Its body follows as [`Event::Data`] unless `end`.
+    Response {
+        /// The stream.
+        stream: u32,
+        /// The answer's head (version HTTP/2).
+        head: http::response::Parts,
+        /// No body follows.
+        end: bool,
+    },
+    /// A stream this side opened that the server will not process: past the last stream of
+    /// its GOAWAY (RFC 9113 §6.8), so it may be sent again elsewhere.
+    Unprocessed {
+        /// The stream.
+        stream: u32,
+    },
+    /// The answer to this side's PING.
+    Pong,
+    /// A piece of a request's or answer's body. Give its length back with
+    /// [`Connection::release`] once consumed, or the peer stops sending.
     Data {
         /// The stream.
         stream: u32,
@@ -80,15 +111,15 @@ pub enum Event {
         /// The body ends here.
         end: bool,
     },
-    /// A request's trailers; its body ends with them.
+    /// A body's trailers; it ends with them.
     Trailers {
         /// The stream.
         stream: u32,
         /// The trailer fields.
         trailers: HeaderMap,
     },
-    /// The stream ended abnormally: the client reset it, or it broke a rule and this side
-    /// reset it. Its handling is to be dropped; nothing more is sent on it.
+    /// The stream ended abnormally: the peer reset it (REFUSED_STREAM: unprocessed, RFC 9113
+    /// §8.7), or it broke a rule and this side reset it. Nothing more is sent on it.
     Reset {
         /// The stream.
         stream: u32,
@@ -126,8 +157,6 @@ struct Stream {
     recv_closed: bool,
     /// This side ended its side.
     send_closed: bool,
-    /// A final answer's head was sent.
-    answered: bool,
     /// Data this side may still send (the client's grant).
     send_window: i64,
     /// Data the client may still send (this side's grant).
@@ -142,6 +171,8 @@ struct Stream {
     /// The request's `Content-Length`, and the data received so far.
     length: Option<u64>,
     received: u64,
+    /// The peer's head arrived (always, on the server side).
+    got_head: bool,
 }
 
 /// A header block arriving in pieces (HEADERS then CONTINUATIONs).
@@ -173,10 +204,25 @@ impl Out {
 /// their own buffers.
 const COPY_MAX: usize = 1024;
 
-/// The server side of one HTTP/2 connection (see the module doc for the call order).
+/// Which end of the connection this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Server,
+    Client,
+}
+
+/// One HTTP/2 connection, either side (see the module doc for the call order).
 #[derive(Debug)]
 pub struct Connection {
     cfg: Config,
+    role: Role,
+    /// The client's next stream (client side).
+    next_stream: u32,
+    /// The streams the server lets this side open at once (client side; 100 until its
+    /// SETTINGS say, RFC 9113 §6.5.2's advice for the lowest value).
+    peer_max_streams: u32,
+    /// A PING of this side's awaits its answer.
+    pinging: bool,
     input: BytesMut,
     /// The client preface was read.
     preface: bool,
@@ -189,7 +235,7 @@ pub struct Connection {
     send_window: i64,
     recv_window: i64,
     unreleased: u32,
-    streams: HashMap<u32, Stream>,
+    streams: StreamMap<Stream>,
     /// The highest stream the client opened.
     last_stream: u32,
     partial: Option<Partial>,
@@ -208,34 +254,63 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// A connection with `cfg`; its SETTINGS (and the connection window's raise) are queued at
-    /// once, before the client's preface is read (RFC 9113 §3.4 allows it).
+    /// The server side of a connection with `cfg`; its SETTINGS (and the connection
+    /// window's raise) are queued at once, before the client's preface is read (RFC 9113
+    /// §3.4 allows it).
     pub fn new(cfg: Config) -> Self {
+        Self::with_role(cfg, Role::Server)
+    }
+
+    /// The client side of a connection with `cfg` (`max_concurrent_streams` and
+    /// `max_resets` do not apply): the preface and SETTINGS are queued at once, and streams
+    /// may be opened right away ([`Connection::send_request`]).
+    pub fn client(cfg: Config) -> Self {
+        Self::with_role(cfg, Role::Client)
+    }
+
+    fn with_role(cfg: Config, role: Role) -> Self {
         let mut out = Out::default();
-        frame::write_settings(
-            &mut out.tail,
-            &[
-                Setting::EnablePush(0),
-                Setting::MaxConcurrentStreams(cfg.max_concurrent_streams),
-                Setting::InitialWindowSize(cfg.window),
-                Setting::MaxHeaderListSize(u32::try_from(cfg.max_header_list).unwrap_or(u32::MAX)),
-            ],
-        );
+        let list = u32::try_from(cfg.max_header_list).unwrap_or(u32::MAX);
+        if role == Role::Client {
+            out.tail.put_slice(PREFACE);
+            frame::write_settings(
+                &mut out.tail,
+                &[
+                    Setting::EnablePush(0),
+                    Setting::InitialWindowSize(cfg.window),
+                    Setting::MaxHeaderListSize(list),
+                ],
+            );
+        } else {
+            frame::write_settings(
+                &mut out.tail,
+                &[
+                    Setting::EnablePush(0),
+                    Setting::MaxConcurrentStreams(cfg.max_concurrent_streams),
+                    Setting::InitialWindowSize(cfg.window),
+                    Setting::MaxHeaderListSize(list),
+                ],
+            );
+        }
         // RFC 9113 §6.9.2: the connection's window starts at 65,535 whatever the settings say.
-        let raise = i64::from(cfg.window) - 65_535;
+        let raise = i64::from(cfg.connection_window) - 65_535;
         if raise > 0 {
             frame::write_window_update(&mut out.tail, 0, raise as u32);
         }
         out.len = out.tail.len();
         Connection {
+            role,
+            next_stream: 1,
+            peer_max_streams: 100,
+            pinging: false,
             decoder: hpack::Decoder::new(4096),
             encoder: hpack::Encoder::new(),
             peer_window: 65_535,
             peer_max_frame: frame::DEFAULT_MAX_FRAME,
             send_window: 65_535,
-            recv_window: i64::from(cfg.window.max(65_535)),
+            recv_window: i64::from(cfg.connection_window.max(65_535)),
             unreleased: 0,
-            streams: HashMap::new(),
+            streams: StreamMap::default(),
             last_stream: 0,
             partial: None,
             events: VecDeque::new(),
@@ -246,7 +321,8 @@ impl Connection {
             eof: false,
             reset_budget: cfg.max_resets,
             input: BytesMut::with_capacity(16 << 10),
-            preface: false,
+            // A server sends no preface but its SETTINGS (RFC 9113 §3.4).
+            preface: role == Role::Client,
             cfg,
         }
     }
@@ -349,6 +425,8 @@ impl Connection {
                 if h.flags & flag::ACK == 0 {
                     frame::write_ping(&mut self.out.tail, true, data);
                     self.out.len += HEADER_LEN + 8;
+                } else if std::mem::take(&mut self.pinging) {
+                    self.events.push_back(Event::Pong);
                 }
                 Ok(())
             }
@@ -356,10 +434,26 @@ impl Connection {
                 if h.stream != 0 {
                     return Err(proto(Reason::PROTOCOL_ERROR, "GOAWAY on a stream"));
                 }
-                let (_, reason) = frame::goaway(&payload).map_err(|e| proto(e.0, "bad GOAWAY"))?;
-                // The client opens no more streams; those open finish. One that went away
-                // with an error is done with the connection.
+                let (last, reason) =
+                    frame::goaway(&payload).map_err(|e| proto(e.0, "bad GOAWAY"))?;
+                // The peer opens (or takes) no more streams; those open finish. One that went
+                // away with an error is done with the connection.
                 self.going_away.get_or_insert(self.last_stream);
+                if self.role == Role::Client {
+                    // RFC 9113 §6.8: streams past `last` were not processed.
+                    let mut gone: Vec<u32> = self
+                        .streams
+                        .keys()
+                        .copied()
+                        .filter(|&id| id > last)
+                        .collect();
+                    gone.sort_unstable();
+                    for id in gone {
+                        self.streams.remove(&id);
+                        self.blocked.retain(|&b| b != id);
+                        self.events.push_back(Event::Unprocessed { stream: id });
+                    }
+                }
                 if reason != Reason::NO_ERROR {
                     self.failed = Some(ConnError::GoAway(reason));
                 }
@@ -397,9 +491,15 @@ impl Connection {
             self.release_conn(h.len as u32);
             return Ok(());
         };
-        if s.recv_closed {
+        if s.recv_closed || !s.got_head {
+            // Data after the stream's end, or (client side) before its answer's head.
+            let reason = if s.recv_closed {
+                Reason::STREAM_CLOSED
+            } else {
+                Reason::PROTOCOL_ERROR
+            };
             self.release_conn(h.len as u32);
-            self.reset(h.stream, Reason::STREAM_CLOSED);
+            self.reset(h.stream, reason);
             return Ok(());
         }
         if flow > s.recv_window {
@@ -410,8 +510,11 @@ impl Connection {
         s.recv_window -= flow;
         s.received += data.len() as u64;
         // RFC 9113 §8.1.1: data that does not match the Content-Length is malformed.
+        // (An answer to HEAD, or a 304, says a length and has no data: on the client side
+        // only data past the length is malformed.)
+        let short = end && self.role == Role::Server;
         if s.length
-            .is_some_and(|n| s.received > n || (end && s.received != n))
+            .is_some_and(|n| s.received > n || (short && s.received != n))
         {
             self.release_conn(h.len as u32);
             self.reset(h.stream, Reason::PROTOCOL_ERROR);
@@ -482,11 +585,49 @@ impl Connection {
 
     /// A whole header block: a request's head, or its trailers.
     fn block(&mut self, id: u32, end_stream: bool, block: Bytes) -> Result<(), ConnError> {
-        let mut fields = Fields::default();
+        // Room for a typical request's or answer's fields at once (growing the map field by
+        // field showed in profiles).
+        let mut fields = Fields {
+            headers: HeaderMap::with_capacity(16),
+            ..Fields::default()
+        };
         let decoded = self
             .decoder
             .decode(&block, self.cfg.max_header_list, |f| fields.push(f))
             .map_err(|_| proto(Reason::COMPRESSION_ERROR, "a header block did not decode"))?;
+        if let Some(s) = self.streams.get_mut(&id).filter(|s| !s.got_head) {
+            // Client side: the answer's head.
+            if decoded.too_large || decoded.malformed || fields.malformed {
+                self.reset(id, Reason::PROTOCOL_ERROR);
+                return Ok(());
+            }
+            let Ok(head) = fields.response() else {
+                self.reset(id, Reason::PROTOCOL_ERROR);
+                return Ok(());
+            };
+            if head.status.is_informational() {
+                // RFC 9113 §8.1: interim answers precede the final one; they are skipped
+                // (one that ends the stream is malformed).
+                if end_stream {
+                    self.reset(id, Reason::PROTOCOL_ERROR);
+                }
+                return Ok(());
+            }
+            s.got_head = true;
+            s.length = content_length(&head.headers).ok().flatten();
+            if end_stream {
+                s.recv_closed = true;
+            }
+            self.events.push_back(Event::Response {
+                stream: id,
+                head,
+                end: end_stream,
+            });
+            if end_stream {
+                self.close_if_done(id);
+            }
+            return Ok(());
+        }
         if let Some(s) = self.streams.get_mut(&id) {
             // Trailers (RFC 9113 §8.1): they end the stream and carry no pseudo-fields.
             if s.recv_closed {
@@ -497,7 +638,7 @@ impl Connection {
                 self.reset(id, Reason::PROTOCOL_ERROR);
                 return Ok(());
             }
-            if s.length.is_some_and(|n| s.received != n) {
+            if self.role == Role::Server && s.length.is_some_and(|n| s.received != n) {
                 self.reset(id, Reason::PROTOCOL_ERROR);
                 return Ok(());
             }
@@ -514,6 +655,9 @@ impl Connection {
             // to keep the table in step, and is dropped.
             return Ok(());
         }
+        if self.role == Role::Client {
+            return Err(proto(Reason::PROTOCOL_ERROR, "a server opened a stream"));
+        }
         if id % 2 == 0 {
             return Err(proto(
                 Reason::PROTOCOL_ERROR,
@@ -529,20 +673,8 @@ impl Connection {
             self.write_rst(id, Reason::REFUSED_STREAM);
             return Ok(());
         }
-        let mut s = Stream {
-            recv_closed: end_stream,
-            send_closed: false,
-            answered: false,
-            send_window: self.peer_window,
-            recv_window: i64::from(self.cfg.window),
-            unreleased: 0,
-            pending: VecDeque::new(),
-            pending_len: 0,
-            pending_end: false,
-            pending_trailers: None,
-            length: None,
-            received: 0,
-        };
+        let mut s = self.new_stream(end_stream, false);
+        s.got_head = true;
         if decoded.too_large {
             // RFC 9113 §10.5.1: a 431 tells the client why.
             s.recv_closed = true;
@@ -597,7 +729,10 @@ impl Connection {
             ));
         }
         if self.streams.remove(&h.stream).is_some() {
-            self.reset_budget = self.reset_budget.saturating_sub(1);
+            self.blocked.retain(|&b| b != h.stream);
+            if self.role == Role::Server {
+                self.reset_budget = self.reset_budget.saturating_sub(1);
+            }
             if self.reset_budget == 0 {
                 return Err(proto(Reason::ENHANCE_YOUR_CALM, "too many streams reset"));
             }
@@ -646,6 +781,7 @@ impl Connection {
                     }
                 }
                 Setting::MaxFrameSize(v) => self.peer_max_frame = v as usize,
+                Setting::MaxConcurrentStreams(v) => self.peer_max_streams = v,
                 // This side's encoder never uses the dynamic table, so the table size the
                 // client allows does not matter; push is never used.
                 _ => {}
@@ -697,6 +833,109 @@ impl Connection {
         Ok(())
     }
 
+    /// Whether a stream may be opened now (client side): the connection is up, not going
+    /// away, and the server's stream limit has room.
+    pub fn can_open(&self) -> bool {
+        self.role == Role::Client
+            && self.failed.is_none()
+            && self.going_away.is_none()
+            && self.next_stream < 0x7fff_ffff
+            && self.streams.len() < self.peer_max_streams as usize
+    }
+
+    /// Opens a stream with a request's head (client side, when [`Connection::can_open`]):
+    /// `:method`, `:scheme`, `:authority` and `:path` from `method` and `uri` (a CONNECT
+    /// sends only its authority), then `headers` less those HTTP/2 forbids; `end`: no body
+    /// follows. The stream's identifier.
+    pub fn send_request(
+        &mut self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        end: bool,
+    ) -> Result<u32, StreamGone> {
+        if !self.can_open() {
+            return Err(StreamGone);
+        }
+        let id = self.next_stream;
+        self.next_stream += 2;
+        self.last_stream = id;
+        let mut block = BytesMut::with_capacity(256);
+        self.encoder
+            .pseudo(Pseudo::Method, method.as_str().as_bytes(), &mut block);
+        if method != Method::CONNECT {
+            let scheme = uri.scheme_str().unwrap_or("http");
+            self.encoder
+                .pseudo(Pseudo::Scheme, scheme.as_bytes(), &mut block);
+        }
+        if let Some(a) = uri.authority() {
+            self.encoder
+                .pseudo(Pseudo::Authority, a.as_str().as_bytes(), &mut block);
+        }
+        if method != Method::CONNECT {
+            let path = uri.path_and_query().map_or("/", |p| p.as_str());
+            self.encoder
+                .pseudo(Pseudo::Path, path.as_bytes(), &mut block);
+        }
+        for (name, value) in headers {
+            if !forbidden(name) && name != header::HOST {
+                self.encoder.header(name, value, &mut block);
+            }
+        }
+        let max = self.peer_max_frame;
+        frame::write_headers(&mut self.out.tail, id, &block, end, max);
+        self.out.len += block.len() + HEADER_LEN * block.len().div_ceil(max).max(1);
+        let s = self.new_stream(false, end);
+        self.streams.insert(id, s);
+        Ok(id)
+    }
+
+    /// A new stream's state, its windows from the settings; `recv_closed`: the peer ended
+    /// its side already; `send_closed`: this side did.
+    fn new_stream(&self, recv_closed: bool, send_closed: bool) -> Stream {
+        Stream {
+            recv_closed,
+            send_closed,
+            send_window: self.peer_window,
+            recv_window: i64::from(self.cfg.window),
+            unreleased: 0,
+            pending: VecDeque::new(),
+            pending_len: 0,
+            pending_end: send_closed,
+            pending_trailers: None,
+            length: None,
+            received: 0,
+            got_head: false,
+        }
+    }
+
+    /// Sends a PING (its answer comes as [`Event::Pong`]); `false` if one is unanswered yet.
+    pub fn ping(&mut self) -> bool {
+        if self.pinging {
+            return false;
+        }
+        self.pinging = true;
+        frame::write_ping(&mut self.out.tail, false, *b"headway!");
+        self.out.len += HEADER_LEN + 8;
+        true
+    }
+
+    /// Whether the connection takes no new streams any more: a GOAWAY was sent or received,
+    /// or it failed.
+    pub fn is_going_away(&self) -> bool {
+        self.going_away.is_some() || self.failed.is_some()
+    }
+
+    /// The streams the server lets this side open at once (client side).
+    pub fn peer_max_streams(&self) -> u32 {
+        self.peer_max_streams
+    }
+
+    /// Whether `id` is still open (neither ended both ways nor reset).
+    pub fn is_open(&self, id: u32) -> bool {
+        self.streams.contains_key(&id)
+    }
+
     /// The next event, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
@@ -716,9 +955,6 @@ impl Connection {
         }
         let informational = head.status.is_informational();
         let end = end && !informational;
-        if !informational {
-            s.answered = true;
-        }
         let mut block = BytesMut::with_capacity(128);
         self.encoder.status(head.status, &mut block);
         for (name, value) in &head.headers {
@@ -786,7 +1022,7 @@ impl Connection {
 
     fn release_conn(&mut self, n: u32) {
         self.unreleased = self.unreleased.saturating_add(n);
-        if self.unreleased >= self.cfg.window / 2 {
+        if self.unreleased >= self.cfg.connection_window / 2 {
             frame::write_window_update(&mut self.out.tail, 0, self.unreleased);
             self.out.len += HEADER_LEN + 4;
             self.recv_window += i64::from(self.unreleased);
@@ -809,7 +1045,8 @@ impl Connection {
     pub fn graceful_shutdown(&mut self) {
         if self.going_away.is_none() {
             self.going_away = Some(self.last_stream);
-            frame::write_goaway(&mut self.out.tail, self.last_stream, Reason::NO_ERROR, b"");
+            let last = self.peer_last();
+            frame::write_goaway(&mut self.out.tail, last, Reason::NO_ERROR, b"");
             self.out.len += HEADER_LEN + 8;
         }
     }
@@ -927,6 +1164,15 @@ impl Connection {
         }
     }
 
+    /// The last stream the peer opened, as a GOAWAY names it (none on the client side: push
+    /// is off).
+    fn peer_last(&self) -> u32 {
+        match self.role {
+            Role::Server => self.last_stream,
+            Role::Client => 0,
+        }
+    }
+
     fn write_rst(&mut self, id: u32, reason: Reason) {
         frame::write_rst(&mut self.out.tail, id, reason);
         self.out.len += HEADER_LEN + 4;
@@ -990,6 +1236,7 @@ struct Fields {
     scheme: Option<Bytes>,
     authority: Option<Bytes>,
     path: Option<Bytes>,
+    status: Option<Bytes>,
     headers: HeaderMap,
     pseudo_seen: bool,
     regular_seen: bool,
@@ -1011,8 +1258,9 @@ impl Fields {
                     Pseudo::Scheme => &mut self.scheme,
                     Pseudo::Authority => &mut self.authority,
                     Pseudo::Path => &mut self.path,
-                    // `:status` is a response's; `:protocol` (RFC 8441) is not supported.
-                    Pseudo::Status | Pseudo::Protocol => {
+                    Pseudo::Status => &mut self.status,
+                    // `:protocol` (RFC 8441) is not supported.
+                    Pseudo::Protocol => {
                         self.malformed = true;
                         return;
                     }
@@ -1034,9 +1282,26 @@ impl Fields {
         }
     }
 
+    /// The answer's head, or `Err` when it is malformed (RFC 9113 §8.3.2: `:status` only).
+    fn response(self) -> Result<http::response::Parts, ()> {
+        if self.method.is_some()
+            || self.scheme.is_some()
+            || self.authority.is_some()
+            || self.path.is_some()
+        {
+            return Err(());
+        }
+        let status = StatusCode::from_bytes(&self.status.ok_or(())?).map_err(|_| ())?;
+        let (mut head, ()) = http::Response::new(()).into_parts();
+        head.status = status;
+        head.version = Version::HTTP_2;
+        head.headers = self.headers;
+        Ok(head)
+    }
+
     /// The request's head, or `Err` when it is malformed (RFC 9113 §8.3.1).
     fn request(self, malformed: bool) -> Result<http::request::Parts, ()> {
-        if malformed || self.malformed {
+        if malformed || self.malformed || self.status.is_some() {
             return Err(());
         }
         let method = Method::from_bytes(&self.method.ok_or(())?).map_err(|_| ())?;

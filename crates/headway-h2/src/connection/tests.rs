@@ -69,30 +69,9 @@ impl Client {
 
     /// Everything the server queued, as frames.
     fn frames(&mut self) -> Vec<Out> {
-        let mut bytes = Vec::new();
-        loop {
-            let mut iov = [IoSlice::new(&[]); 16];
-            let n = self.server.transmit(&mut iov);
-            if n == 0 {
-                break;
-            }
-            let len: usize = iov[..n].iter().map(|s| s.len()).sum();
-            for s in &iov[..n] {
-                bytes.extend_from_slice(s);
-            }
-            self.server.advance(len);
-        }
+        let bytes = drain(&mut self.server);
         assert_eq!(self.server.wants_write(), 0);
-        let mut out = Vec::new();
-        let mut at = 0;
-        while let Some(head) = Head::parse(&bytes[at..]) {
-            let payload =
-                Bytes::copy_from_slice(&bytes[at + HEADER_LEN..at + HEADER_LEN + head.len]);
-            at += HEADER_LEN + head.len;
-            out.push(Out { head, payload });
-        }
-        assert_eq!(at, bytes.len(), "whole frames only");
-        out
+        frames_of(&bytes)
     }
 
     /// The status of a HEADERS frame.
@@ -124,6 +103,37 @@ fn string(dst: &mut BytesMut, s: &[u8]) {
         dst.put_u8(n as u8);
     }
     dst.put_slice(s);
+}
+
+/// Everything `c` queued.
+fn drain(c: &mut Connection) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    loop {
+        let mut iov = [IoSlice::new(&[]); 16];
+        let n = c.transmit(&mut iov);
+        if n == 0 {
+            return bytes;
+        }
+        let len: usize = iov[..n].iter().map(|s| s.len()).sum();
+        for s in &iov[..n] {
+            bytes.extend_from_slice(s);
+        }
+        c.advance(len);
+    }
+}
+
+/// `bytes` as whole frames (after a client's preface, if they begin with it).
+fn frames_of(bytes: &[u8]) -> Vec<Out> {
+    let bytes = bytes.strip_prefix(&PREFACE[..]).unwrap_or(bytes);
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(head) = Head::parse(&bytes[at..]) {
+        let payload = Bytes::copy_from_slice(&bytes[at + HEADER_LEN..at + HEADER_LEN + head.len]);
+        at += HEADER_LEN + head.len;
+        out.push(Out { head, payload });
+    }
+    assert_eq!(at, bytes.len(), "whole frames only");
+    out
 }
 
 fn ok_head() -> http::response::Parts {
@@ -192,6 +202,7 @@ fn a_request_is_read_and_its_answer_written() {
 fn a_body_arrives_and_its_window_is_given_back_as_it_is_consumed() {
     let mut c = Client::new(Config {
         window: 100_000,
+        connection_window: 100_000,
         ..Config::default()
     });
     let req = c.request(1, "/up", &[], false);
@@ -488,5 +499,206 @@ proptest! {
             }
             c.frames();
         }
+    }
+}
+
+/// The client side against a scripted server.
+mod client {
+    use super::*;
+
+    /// A client connection whose preface and SETTINGS were taken, with the server's SETTINGS
+    /// (`settings`) given to it.
+    fn connected(settings: &[Setting]) -> (Connection, hpack::Decoder) {
+        let mut c = Connection::client(Config::default());
+        let out = drain(&mut c);
+        assert!(out.starts_with(PREFACE));
+        let mut b = BytesMut::new();
+        frame::write_settings(&mut b, settings);
+        c.read_buf().extend_from_slice(&b);
+        c.handle_read(false).unwrap();
+        let acks = frames_of(&drain(&mut c));
+        assert!(acks
+            .iter()
+            .any(|f| f.head.kind == kind::SETTINGS && f.head.flags == flag::ACK));
+        (c, hpack::Decoder::new(4096))
+    }
+
+    fn feed(c: &mut Connection, b: &[u8]) {
+        c.read_buf().extend_from_slice(b);
+        c.handle_read(false).unwrap();
+    }
+
+    fn get(c: &mut Connection) -> u32 {
+        let uri: Uri = "http://origin.test/x?y=1".parse().unwrap();
+        let mut h = HeaderMap::new();
+        h.insert("accept", http::HeaderValue::from_static("*/*"));
+        h.insert(header::CONNECTION, http::HeaderValue::from_static("close"));
+        c.send_request(&Method::GET, &uri, &h, true).unwrap()
+    }
+
+    /// An answer's HEADERS frame from the server.
+    fn answer(id: u32, status: &str, end: bool) -> BytesMut {
+        let mut enc = Encoder::new();
+        let mut block = BytesMut::new();
+        enc.status(
+            StatusCode::from_bytes(status.as_bytes()).unwrap(),
+            &mut block,
+        );
+        enc.header(
+            &header::CONTENT_TYPE,
+            &http::HeaderValue::from_static("text/plain"),
+            &mut block,
+        );
+        let mut b = BytesMut::new();
+        frame::write_headers(&mut b, id, &block, end, 16_384);
+        b
+    }
+
+    fn events(c: &mut Connection) -> Vec<Event> {
+        std::iter::from_fn(|| c.poll_event()).collect()
+    }
+
+    #[test]
+    fn a_request_goes_out_and_its_answer_comes_back() {
+        let (mut c, mut dec) = connected(&[]);
+        let id = get(&mut c);
+        assert_eq!(id, 1);
+        let out = frames_of(&drain(&mut c));
+        let [f] = &out[..] else { panic!("{out:?}") };
+        assert_eq!(
+            (f.head.kind, f.head.flags),
+            (kind::HEADERS, flag::END_HEADERS | flag::END_STREAM)
+        );
+        let mut fields = Vec::new();
+        dec.decode(&f.payload, 1 << 20, |x| fields.push(x)).unwrap();
+        let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+        assert_eq!(
+            fields[..4],
+            [
+                Field::Pseudo(Pseudo::Method, b("GET")),
+                Field::Pseudo(Pseudo::Scheme, b("http")),
+                Field::Pseudo(Pseudo::Authority, b("origin.test")),
+                Field::Pseudo(Pseudo::Path, b("/x?y=1")),
+            ]
+        );
+        assert_eq!(
+            fields.len(),
+            5,
+            "connection-specific fields are not sent: {fields:?}"
+        );
+        let mut reply = answer(1, "103", false);
+        reply.extend_from_slice(&answer(1, "200", false));
+        frame::write_data_head(&mut reply, 1, 2, true);
+        reply.extend_from_slice(b"ok");
+        feed(&mut c, &reply);
+        let ev = events(&mut c);
+        assert!(
+            matches!(&ev[..], [Event::Response { stream: 1, head, end: false }, Event::Data { stream: 1, end: true, .. }] if head.status == 200),
+            "the 103 is skipped: {ev:?}"
+        );
+        assert!(!c.is_open(1));
+    }
+
+    #[test]
+    fn the_servers_stream_limit_holds_and_a_goaway_returns_the_streams_past_it() {
+        let (mut c, _) = connected(&[Setting::MaxConcurrentStreams(2)]);
+        assert_eq!((get(&mut c), get(&mut c)), (1, 3));
+        assert!(!c.can_open());
+        assert!(c
+            .send_request(
+                &Method::GET,
+                &Uri::from_static("/"),
+                &HeaderMap::new(),
+                true
+            )
+            .is_err());
+        feed(&mut c, &answer(1, "204", true));
+        assert!(c.can_open());
+        assert_eq!(get(&mut c), 5);
+        let mut b = BytesMut::new();
+        frame::write_goaway(&mut b, 3, Reason::NO_ERROR, b"");
+        feed(&mut c, &b);
+        let ev = events(&mut c);
+        assert!(
+            matches!(ev.last(), Some(Event::Unprocessed { stream: 5 })),
+            "{ev:?}"
+        );
+        assert!(!c.can_open());
+        assert!(c.is_open(3) && !c.is_done());
+        feed(&mut c, &answer(3, "200", true));
+        assert!(c.is_done());
+    }
+
+    #[test]
+    fn a_refused_stream_and_a_pong_are_reported() {
+        let (mut c, _) = connected(&[]);
+        let id = get(&mut c);
+        let mut b = BytesMut::new();
+        frame::write_rst(&mut b, id, Reason::REFUSED_STREAM);
+        feed(&mut c, &b);
+        let ev = events(&mut c);
+        assert!(matches!(
+            ev[..],
+            [Event::Reset {
+                stream: 1,
+                reason: Reason::REFUSED_STREAM
+            }]
+        ));
+        assert!(c.ping());
+        assert!(!c.ping(), "one ping at a time");
+        let out = frames_of(&drain(&mut c));
+        let ping = out.iter().find(|f| f.head.kind == kind::PING).unwrap();
+        let mut b = BytesMut::new();
+        frame::write_ping(&mut b, true, ping.payload[..].try_into().unwrap());
+        feed(&mut c, &b);
+        assert!(matches!(events(&mut c)[..], [Event::Pong]));
+    }
+
+    #[test]
+    fn a_body_goes_out_as_the_servers_window_allows() {
+        let (mut c, _) = connected(&[Setting::InitialWindowSize(5)]);
+        let id = c
+            .send_request(
+                &Method::POST,
+                &Uri::from_static("http://o/up"),
+                &HeaderMap::new(),
+                false,
+            )
+            .unwrap();
+        c.send_data(id, Bytes::from_static(b"0123456789"), true)
+            .unwrap();
+        let out = frames_of(&drain(&mut c));
+        let sent: Vec<_> = out
+            .iter()
+            .filter(|f| f.head.kind == kind::DATA)
+            .map(|f| f.payload.clone())
+            .collect();
+        assert_eq!(sent, [Bytes::from_static(b"01234")]);
+        let mut b = BytesMut::new();
+        frame::write_window_update(&mut b, id, 5);
+        feed(&mut c, &b);
+        let out = frames_of(&drain(&mut c));
+        assert_eq!(out[0].payload, "56789");
+        assert_eq!(out[0].head.flags, flag::END_STREAM);
+    }
+
+    #[test]
+    fn a_server_opening_a_stream_or_data_before_the_head_is_refused() {
+        let (mut c, _) = connected(&[]);
+        let id = get(&mut c);
+        let mut b = BytesMut::new();
+        frame::write_data_head(&mut b, id, 1, true);
+        b.put_u8(b'x');
+        feed(&mut c, &b);
+        assert!(matches!(
+            events(&mut c)[..],
+            [Event::Reset {
+                reason: Reason::PROTOCOL_ERROR,
+                ..
+            }]
+        ));
+        let (mut c, _) = connected(&[]);
+        c.read_buf().extend_from_slice(&answer(2, "200", true));
+        assert!(c.handle_read(false).is_err());
     }
 }
