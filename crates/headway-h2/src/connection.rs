@@ -218,8 +218,9 @@ pub struct Connection {
     role: Role,
     /// The client's next stream (client side).
     next_stream: u32,
-    /// The streams the server lets this side open at once (client side; 100 until its
-    /// SETTINGS say, RFC 9113 §6.5.2's advice for the lowest value).
+    /// The streams the server lets this side open at once (client side; no limit until its
+    /// SETTINGS say, RFC 9113 §6.5.2: a server with a lower one refuses the streams past it,
+    /// and they are sent again).
     peer_max_streams: u32,
     /// A PING of this side's awaits its answer.
     pinging: bool,
@@ -301,7 +302,7 @@ impl Connection {
         Connection {
             role,
             next_stream: 1,
-            peer_max_streams: 100,
+            peer_max_streams: u32::MAX,
             pinging: false,
             decoder: hpack::Decoder::new(4096),
             encoder: hpack::Encoder::new(),

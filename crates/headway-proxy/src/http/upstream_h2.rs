@@ -245,8 +245,8 @@ pub(super) async fn exchange(
     };
     // A stream is opened once the server's concurrency limit allows one.
     let length = inner.as_ref().and_then(|b| b.size_hint().exact());
+    // (The handle is held until the stream is open: a connection no one holds closes.)
     let conn = send.conn().clone();
-    drop(send);
     let head = req.to_request(length);
     let opened = std::future::poll_fn(|cx| {
         conn.poll_open(cx, (head.method(), head.uri(), head.headers()), bodiless)
@@ -256,7 +256,7 @@ pub(super) async fn exchange(
         Ok(Err(_)) => return Err(closed()),
         Err(_) => return Err(timed_out()),
     };
-    drop(head);
+    drop((head, send));
     let fault = if let Some(inner) = inner {
         let sent_body = H2Body::new(inner, max_body, Some((vs_counters.clone(), server.clone())));
         let fault = sent_body.fault_cell();
