@@ -254,7 +254,7 @@ where
             return;
         };
         if end {
-            x.discarded = None;
+            self.extra.remove(&id);
             return;
         }
         if let Some(d) = x.discarded.as_mut() {
@@ -283,6 +283,9 @@ where
                     }
                 }
                 Notice::Dropped(id) => {
+                    if !self.core.is_open(id) {
+                        continue;
+                    }
                     let x = self.extra.entry(id).or_default();
                     if x.expects && !x.asked {
                         // The client waits for `100 Continue` and sends nothing: told at once
@@ -343,12 +346,17 @@ where
 
     /// Stream `id`'s answer is out.
     fn answered(&mut self, id: u32) {
-        if let Some(x) = self.extra.get_mut(&id) {
-            x.answered = true;
-            if x.expects && !x.asked && x.discarded.is_none() {
-                self.extra.remove(&id);
-                self.core.reset(id, Reason::NO_ERROR);
-            }
+        let Some(x) = self.extra.get_mut(&id) else {
+            return;
+        };
+        x.answered = true;
+        if x.discarded.is_some() {
+            return; // the rest of the body is read and dropped; forgotten at its end
+        }
+        let unasked = x.expects && !x.asked;
+        self.extra.remove(&id);
+        if unasked {
+            self.core.reset(id, Reason::NO_ERROR);
         }
     }
 
