@@ -47,7 +47,7 @@ fuzz_target!(|input: &[u8]| {
     let mut failed = false;
     for piece in bytes.chunks(step) {
         c.read_buf().extend_from_slice(piece);
-        let r = c.handle_read(false);
+        let r = c.handle_read();
         if failed {
             assert!(r.is_err(), "a failed connection took more");
         }

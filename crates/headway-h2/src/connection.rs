@@ -189,14 +189,30 @@ struct Partial {
 struct Out {
     queue: VecDeque<Bytes>,
     tail: BytesMut,
-    len: usize,
+    /// The bytes in `queue`.
+    queued: usize,
 }
 
 impl Out {
+    /// The bytes waiting, in all.
+    fn len(&self) -> usize {
+        self.queued + self.tail.len()
+    }
+
+    /// Moves the frames gathered so far to the queue.
     fn seal(&mut self) {
         if !self.tail.is_empty() {
-            self.queue.push_back(self.tail.split().freeze());
+            let b = self.tail.split().freeze();
+            self.queued += b.len();
+            self.queue.push_back(b);
         }
+    }
+
+    /// Queues `b` after everything before it, as it is.
+    fn push(&mut self, b: Bytes) {
+        self.seal();
+        self.queued += b.len();
+        self.queue.push_back(b);
     }
 }
 
@@ -248,8 +264,6 @@ pub struct Connection {
     going_away: Option<u32>,
     /// The connection failed (GOAWAY with an error queued, or received).
     failed: Option<ConnError>,
-    /// The client's end of the connection was read.
-    eof: bool,
     /// Streams the client may still reset (see [`Config::max_resets`]).
     reset_budget: u32,
 }
@@ -298,7 +312,6 @@ impl Connection {
         if raise > 0 {
             frame::write_window_update(&mut out.tail, 0, raise as u32);
         }
-        out.len = out.tail.len();
         Connection {
             role,
             next_stream: 1,
@@ -319,7 +332,6 @@ impl Connection {
             blocked: VecDeque::new(),
             going_away: None,
             failed: None,
-            eof: false,
             reset_budget: cfg.max_resets,
             input: BytesMut::with_capacity(16 << 10),
             // A server sends no preface but its SETTINGS (RFC 9113 §3.4).
@@ -336,13 +348,11 @@ impl Connection {
         &mut self.input
     }
 
-    /// Handles the bytes read into [`Connection::read_buf`]: every whole frame in it. `eof`:
-    /// the client's end was read (nothing more will come).
-    pub fn handle_read(&mut self, eof: bool) -> Result<(), ConnError> {
+    /// Handles the bytes read into [`Connection::read_buf`]: every whole frame in it.
+    pub fn handle_read(&mut self) -> Result<(), ConnError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        self.eof |= eof;
         let r = self.frames();
         if let Err(e) = &r {
             self.fail(e.clone());
@@ -425,7 +435,6 @@ impl Connection {
                     .map_err(|_| proto(Reason::FRAME_SIZE_ERROR, "PING of the wrong size"))?;
                 if h.flags & flag::ACK == 0 {
                     frame::write_ping(&mut self.out.tail, true, data);
-                    self.out.len += HEADER_LEN + 8;
                 } else if std::mem::take(&mut self.pinging) {
                     self.events.push_back(Event::Pong);
                 }
@@ -700,7 +709,7 @@ impl Connection {
         };
         s.length = match content_length(&head.headers) {
             Ok(n) => n,
-            Err(()) => {
+            Err(BadLength) => {
                 self.write_rst(id, Reason::PROTOCOL_ERROR);
                 return Ok(());
             }
@@ -789,7 +798,6 @@ impl Connection {
             }
         }
         frame::write_settings_ack(&mut self.out.tail);
-        self.out.len += HEADER_LEN;
         Ok(())
     }
 
@@ -885,7 +893,6 @@ impl Connection {
         }
         let max = self.peer_max_frame;
         frame::write_headers(&mut self.out.tail, id, &block, end, max);
-        self.out.len += block.len() + HEADER_LEN * block.len().div_ceil(max).max(1);
         let s = self.new_stream(false, end);
         self.streams.insert(id, s);
         Ok(id)
@@ -917,7 +924,6 @@ impl Connection {
         }
         self.pinging = true;
         frame::write_ping(&mut self.out.tail, false, *b"headway!");
-        self.out.len += HEADER_LEN + 8;
         true
     }
 
@@ -964,7 +970,6 @@ impl Connection {
             }
         }
         frame::write_headers(&mut self.out.tail, id, &block, end, self.peer_max_frame);
-        self.out.len += block.len() + HEADER_LEN * block.len().div_ceil(self.peer_max_frame).max(1);
         if end {
             s.send_closed = true;
             self.close_if_done(id);
@@ -1013,7 +1018,6 @@ impl Connection {
             s.unreleased = s.unreleased.saturating_add(n);
             if !s.recv_closed && s.unreleased >= self.cfg.window / 2 {
                 frame::write_window_update(&mut self.out.tail, id, s.unreleased);
-                self.out.len += HEADER_LEN + 4;
                 s.recv_window += i64::from(s.unreleased);
                 s.unreleased = 0;
             }
@@ -1025,7 +1029,6 @@ impl Connection {
         self.unreleased = self.unreleased.saturating_add(n);
         if self.unreleased >= self.cfg.connection_window / 2 {
             frame::write_window_update(&mut self.out.tail, 0, self.unreleased);
-            self.out.len += HEADER_LEN + 4;
             self.recv_window += i64::from(self.unreleased);
             self.unreleased = 0;
         }
@@ -1048,15 +1051,14 @@ impl Connection {
             self.going_away = Some(self.last_stream);
             let last = self.peer_last();
             frame::write_goaway(&mut self.out.tail, last, Reason::NO_ERROR, b"");
-            self.out.len += HEADER_LEN + 8;
         }
     }
 
-    /// Whether the connection has nothing more to do: it failed, or it is going away (or the
-    /// client's end was read) with no stream open. Write what is queued, then close.
+    /// Whether the connection has nothing more to do: it failed, or it is going away with no
+    /// stream open. Write what is queued, then close. (A peer's end of the connection ends it
+    /// at once: the shells stop there.)
     pub fn is_done(&self) -> bool {
-        self.failed.is_some()
-            || ((self.going_away.is_some() || self.eof) && self.streams.is_empty())
+        self.failed.is_some() || (self.going_away.is_some() && self.streams.is_empty())
     }
 
     /// The streams open.
@@ -1066,7 +1068,7 @@ impl Connection {
 
     /// Bytes queued to be written.
     pub fn wants_write(&self) -> usize {
-        self.out.len
+        self.out.len()
     }
 
     /// Fills `dst` with the queued bytes, in order; how many slices it filled.
@@ -1082,7 +1084,7 @@ impl Connection {
 
     /// Drops the first `n` bytes of the queue (what the socket took).
     pub fn advance(&mut self, mut n: usize) {
-        self.out.len -= n.min(self.out.len);
+        self.out.queued -= n.min(self.out.queued);
         while n > 0 {
             let Some(front) = self.out.queue.front_mut() else {
                 break;
@@ -1124,10 +1126,8 @@ impl Connection {
             if take <= COPY_MAX {
                 self.out.tail.put_slice(&piece);
             } else {
-                self.out.seal();
-                self.out.queue.push_back(piece);
+                self.out.push(piece);
             }
-            self.out.len += HEADER_LEN + take;
             if last {
                 s.send_closed = true;
             }
@@ -1141,10 +1141,8 @@ impl Connection {
                     }
                 }
                 frame::write_headers(&mut self.out.tail, id, &block, true, max);
-                self.out.len += block.len() + HEADER_LEN * block.len().div_ceil(max).max(1);
             } else {
                 frame::write_data_head(&mut self.out.tail, id, 0, true);
-                self.out.len += HEADER_LEN;
             }
             s.send_closed = true;
         }
@@ -1176,7 +1174,6 @@ impl Connection {
 
     fn write_rst(&mut self, id: u32, reason: Reason) {
         frame::write_rst(&mut self.out.tail, id, reason);
-        self.out.len += HEADER_LEN + 4;
     }
 
     /// Fails the connection with `e`: GOAWAY, and every stream is dropped.
@@ -1191,7 +1188,6 @@ impl Connection {
                 *reason,
                 what.as_bytes(),
             );
-            self.out.len += HEADER_LEN + 8 + what.len();
         }
         self.failed = Some(e);
         self.streams.clear();
@@ -1212,18 +1208,24 @@ fn forbidden(name: &HeaderName) -> bool {
         || name == "proxy-connection"
 }
 
-/// A request's `Content-Length`: none, one number, or an error (several that differ, or one
-/// that is not a number).
-fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ()> {
+/// A `Content-Length` field that is not one number (RFC 9110 §8.6), or several that differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a malformed Content-Length")]
+pub struct BadLength;
+
+/// A message's `Content-Length`: none, one number, or [`BadLength`] (several that differ, or
+/// one that is not a number). A request with a bad one never gets past the core; the shells
+/// read the length of the heads it passed on here too.
+pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, BadLength> {
     let mut n = None;
     for v in headers.get_all(header::CONTENT_LENGTH) {
         let v: u64 = std::str::from_utf8(v.as_bytes())
             .ok()
             .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|s| s.parse().ok())
-            .ok_or(())?;
+            .ok_or(BadLength)?;
         if n.is_some_and(|n| n != v) {
-            return Err(());
+            return Err(BadLength);
         }
         n = Some(v);
     }

@@ -29,7 +29,7 @@ impl Client {
         let mut b = BytesMut::new();
         frame::write_settings(&mut b, &[]);
         c.send(&b);
-        c.server.handle_read(false).unwrap();
+        c.server.handle_read().unwrap();
         let out = c.frames();
         assert_eq!(out[0].head.kind, kind::SETTINGS);
         assert!(out
@@ -44,7 +44,7 @@ impl Client {
 
     fn feed(&mut self, b: &[u8]) -> Result<(), ConnError> {
         self.send(b);
-        self.server.handle_read(false)
+        self.server.handle_read()
     }
 
     /// A request's HEADERS frame.
@@ -475,7 +475,7 @@ fn pings_and_settings_are_acknowledged_and_bad_ones_refused() {
     );
     let mut s = Connection::new(Config::default());
     s.read_buf().extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
-    assert!(s.handle_read(false).is_err(), "HTTP/1 is not the preface");
+    assert!(s.handle_read().is_err(), "HTTP/1 is not the preface");
 }
 
 proptest! {
@@ -515,7 +515,7 @@ mod client {
         let mut b = BytesMut::new();
         frame::write_settings(&mut b, settings);
         c.read_buf().extend_from_slice(&b);
-        c.handle_read(false).unwrap();
+        c.handle_read().unwrap();
         let acks = frames_of(&drain(&mut c));
         assert!(acks
             .iter()
@@ -525,7 +525,7 @@ mod client {
 
     fn feed(c: &mut Connection, b: &[u8]) {
         c.read_buf().extend_from_slice(b);
-        c.handle_read(false).unwrap();
+        c.handle_read().unwrap();
     }
 
     fn get(c: &mut Connection) -> u32 {
@@ -699,6 +699,6 @@ mod client {
         ));
         let (mut c, _) = connected(&[]);
         c.read_buf().extend_from_slice(&answer(2, "200", true));
-        assert!(c.handle_read(false).is_err());
+        assert!(c.handle_read().is_err());
     }
 }

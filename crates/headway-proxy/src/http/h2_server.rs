@@ -35,7 +35,7 @@ use std::task::{ready, Context, Poll, Waker};
 
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt as _};
-use headway_h2::connection::{Config, Connection, Event};
+use headway_h2::connection::{content_length, Config, Connection, Event};
 use headway_h2::frame::Reason;
 use headway_h2::stream_map::StreamMap;
 use http::{header, HeaderValue, Request, Response};
@@ -165,8 +165,9 @@ where
                     self.conn.activity.touch();
                     if n == 0 {
                         self.read_closed = true;
+                        break;
                     }
-                    self.core.handle_read(n == 0)?;
+                    self.core.handle_read()?;
                 }
                 Poll::Ready(Err(e)) => return Err(e.into()),
                 Poll::Pending => break,
@@ -219,11 +220,7 @@ where
         let body = if end {
             ReqBody::Empty
         } else {
-            let length = head
-                .headers
-                .get(header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse().ok());
+            let length = content_length(&head.headers).ok().flatten();
             self.shared.open(id);
             ReqBody::H2Client(RecvBody::new(self.shared.clone(), id, length))
         };

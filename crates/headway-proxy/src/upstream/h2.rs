@@ -35,7 +35,7 @@ use std::task::{ready, Context, Poll, Waker};
 
 use bytes::Bytes;
 use headway_core::SystemClock;
-use headway_h2::connection::{Config, Connection, Event};
+use headway_h2::connection::{content_length, Config, Connection, Event};
 use headway_h2::frame::Reason;
 use headway_h2::stream_map::StreamMap;
 use http::HeaderMap;
@@ -258,6 +258,7 @@ impl Pool {
                 slots: StreamMap::default(),
                 task: None,
                 openers: Vec::new(),
+                senders: Vec::new(),
                 lost: None,
                 unheld: false,
                 pong: false,
@@ -295,6 +296,9 @@ struct Inner {
     task: Option<Waker>,
     /// Requests waiting for room to open a stream.
     openers: Vec<Waker>,
+    /// Request bodies waiting for room on their streams (woken after every read, which may
+    /// have brought window updates, and whenever a stream ends).
+    senders: Vec<Waker>,
     /// Why the connection ended, once it has.
     lost: Option<Arc<str>>,
     /// No handle is left (see [`Handle`]).
@@ -314,8 +318,6 @@ struct Arrival {
     failed: Option<StreamError>,
     /// The request's task, waiting for the answer or its body.
     reader: Option<Waker>,
-    /// The task sending the request's body, waiting for room.
-    sender: Option<Waker>,
 }
 
 /// Why a stream to a server ended without its whole answer.
@@ -364,7 +366,7 @@ impl Inner {
             slot.failed.get_or_insert(StreamError::Lost(why.clone()));
             slot.wake();
         }
-        for w in self.openers.drain(..) {
+        for w in self.openers.drain(..).chain(self.senders.drain(..)) {
             w.wake();
         }
     }
@@ -414,11 +416,9 @@ impl Inner {
                 Event::Request { .. } => {}
             }
         }
-        // Room may have opened for bodies (window updates) and for new streams.
-        for slot in self.slots.values_mut() {
-            if let Some(w) = slot.sender.take() {
-                w.wake();
-            }
+        // Room may have opened for bodies (window updates, streams ended) and for new streams.
+        for w in self.senders.drain(..) {
+            w.wake();
         }
         if self.core.can_open() {
             for w in self.openers.drain(..) {
@@ -436,9 +436,10 @@ impl Inner {
         }
         if self.core.is_open(id) {
             self.core.reset(id, Reason::CANCEL);
-            // (The core reports its own reset as an event; the slot is gone already.)
-            self.events();
         }
+        // (The core reports its own reset as an event, whose slot is gone already; a body
+        // waiting to be sent on the stream learns that it ended.)
+        self.events();
         self.kick();
     }
 }
@@ -458,9 +459,6 @@ impl Arrival {
 
     fn wake(&mut self) {
         if let Some(w) = self.reader.take() {
-            w.wake();
-        }
-        if let Some(w) = self.sender.take() {
             w.wake();
         }
     }
@@ -532,8 +530,7 @@ impl ClientConn {
             return Poll::Ready(Err(e.clone()));
         }
         if g.core.buffered(id) >= ROOM {
-            let slot = g.slots.get_mut(&id).expect("checked above");
-            slot.sender = Some(cx.waker().clone());
+            g.senders.push(cx.waker().clone());
             return Poll::Pending;
         }
         let sent = match piece.take() {
@@ -668,10 +665,7 @@ impl H2Recv {
     /// The body of stream `id` on `conn`, whose answer's fields are `headers`, holding
     /// `place` on the connection until it is dropped.
     pub fn new(conn: Arc<ClientConn>, id: u32, headers: &HeaderMap, place: Option<Stream>) -> Self {
-        let length = headers
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok());
+        let length = content_length(headers).ok().flatten();
         H2Recv {
             conn,
             id,
@@ -813,14 +807,14 @@ async fn run(mut io: ServerStream, conn: Arc<ClientConn>, addr: SocketAddr) {
             while g.core.wants_write() < (1 << 20) {
                 match tokio_util::io::poll_read_buf(Pin::new(&mut io), cx, g.core.read_buf()) {
                     Poll::Ready(Ok(n)) => {
+                        if n == 0 {
+                            return Poll::Ready("the server closed the connection".to_string());
+                        }
                         progressed = true;
-                        let r = g.core.handle_read(n == 0);
+                        let r = g.core.handle_read();
                         g.events();
                         if let Err(e) = r {
                             return Poll::Ready(e.to_string());
-                        }
-                        if n == 0 {
-                            return Poll::Ready("the server closed the connection".to_string());
                         }
                     }
                     Poll::Ready(Err(e)) => return Poll::Ready(e.to_string()),
