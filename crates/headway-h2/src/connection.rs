@@ -598,8 +598,16 @@ impl Connection {
         // Room for a typical request's or answer's fields at once (growing the map field by
         // field showed in profiles).
         let mut fields = Fields {
+            method: None,
+            scheme: None,
+            authority: None,
+            path: None,
+            status: None,
             headers: HeaderMap::with_capacity(16),
-            ..Fields::default()
+            length: Ok(None),
+            pseudo_seen: false,
+            regular_seen: false,
+            malformed: false,
         };
         let decoded = self
             .decoder
@@ -611,6 +619,7 @@ impl Connection {
                 self.reset(id, Reason::PROTOCOL_ERROR);
                 return Ok(());
             }
+            let length = fields.length;
             let Ok(head) = fields.response() else {
                 self.reset(id, Reason::PROTOCOL_ERROR);
                 return Ok(());
@@ -624,7 +633,7 @@ impl Connection {
                 return Ok(());
             }
             s.got_head = true;
-            s.length = content_length(&head.headers).ok().flatten();
+            s.length = length.ok().flatten();
             if end_stream {
                 s.recv_closed = true;
             }
@@ -700,6 +709,7 @@ impl Connection {
             self.streams.remove(&id);
             return Ok(());
         }
+        let length = fields.length;
         let head = match fields.request(decoded.malformed) {
             Ok(head) => head,
             Err(()) => {
@@ -707,7 +717,7 @@ impl Connection {
                 return Ok(());
             }
         };
-        s.length = match content_length(&head.headers) {
+        s.length = match length {
             Ok(n) => n,
             Err(BadLength) => {
                 self.write_rst(id, Reason::PROTOCOL_ERROR);
@@ -1219,21 +1229,26 @@ pub struct BadLength;
 pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, BadLength> {
     let mut n = None;
     for v in headers.get_all(header::CONTENT_LENGTH) {
-        let v: u64 = std::str::from_utf8(v.as_bytes())
-            .ok()
-            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|s| s.parse().ok())
-            .ok_or(BadLength)?;
-        if n.is_some_and(|n| n != v) {
-            return Err(BadLength);
-        }
-        n = Some(v);
+        n = Some(one_length(n, v)?);
     }
     Ok(n)
 }
 
+/// One `Content-Length` value, after `seen` (the one before it, if any): the length, or
+/// [`BadLength`] when it is not a number or differs from `seen`.
+fn one_length(seen: Option<u64>, v: &http::HeaderValue) -> Result<u64, BadLength> {
+    let v: u64 = std::str::from_utf8(v.as_bytes())
+        .ok()
+        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|s| s.parse().ok())
+        .ok_or(BadLength)?;
+    if seen.is_some_and(|n| n != v) {
+        return Err(BadLength);
+    }
+    Ok(v)
+}
+
 /// A request's fields as they are decoded.
-#[derive(Default)]
 struct Fields {
     method: Option<Bytes>,
     scheme: Option<Bytes>,
@@ -1241,6 +1256,8 @@ struct Fields {
     path: Option<Bytes>,
     status: Option<Bytes>,
     headers: HeaderMap,
+    /// What [`content_length`] says of `headers`, read as they come (no lookup after).
+    length: Result<Option<u64>, BadLength>,
     pseudo_seen: bool,
     regular_seen: bool,
     malformed: bool,
@@ -1279,6 +1296,11 @@ impl Fields {
                 if forbidden(&name) || (name == header::TE && value != "trailers") {
                     self.malformed = true;
                     return;
+                }
+                if name == header::CONTENT_LENGTH {
+                    if let Ok(seen) = self.length {
+                        self.length = one_length(seen, &value).map(Some);
+                    }
                 }
                 self.headers.append(name, value);
             }

@@ -303,9 +303,6 @@ impl Decoder {
             list_size: 0,
             max_list_size,
         };
-        // Huffman-coded values that do not go into the table are decoded into this buffer,
-        // reserved once for the rest of the block, and split off it: one allocation per block.
-        let mut shared = BytesMut::new();
         let mut fields_started = false;
         while let Some(&first) = block.get(reader.pos) {
             // RFC 7541 §6.3: `001xxxxx` is a dynamic table size update.
@@ -345,7 +342,7 @@ impl Decoder {
                     _ => (4, Indexing::Without),
                 };
                 let index = reader.integer(prefix)?;
-                let entry = self.literal(block, &mut reader, index, indexing, &mut shared)?;
+                let entry = self.literal(block, &mut reader, index, indexing)?;
                 let admitted = progress.admit(entry.size);
                 match entry.slot {
                     Slot::Valid(field) => {
@@ -400,7 +397,6 @@ impl Decoder {
         reader: &mut Reader<'_>,
         index: usize,
         indexing: Indexing,
-        shared: &mut BytesMut,
     ) -> Result<Entry, DecodeError> {
         // The name: `None` when it is not a valid name.
         let (name, name_len) = if index == 0 {
@@ -421,20 +417,12 @@ impl Decoder {
             // Copied: the table must not pin the caller's buffer (see the module doc).
             (false, Indexing::Incremental) => Bytes::copy_from_slice(&block[range]),
             (false, _) => block.slice(range),
-            (true, Indexing::Incremental) => {
+            // One allocation of the decoded length per Huffman-coded value (a block rarely
+            // has more than one or two that are not indexed).
+            (true, _) => {
                 self.scratch.clear();
                 huffman::decode(&block[range], &mut self.scratch)?;
                 Bytes::copy_from_slice(&self.scratch)
-            }
-            (true, _) => {
-                if shared.capacity() < huffman::max_decoded_len(range.len()) {
-                    // Enough for every Huffman string left in the block.
-                    shared.reserve(huffman::max_decoded_len(block.len() - range.start));
-                }
-                self.scratch.clear();
-                huffman::decode(&block[range], &mut self.scratch)?;
-                shared.extend_from_slice(&self.scratch);
-                shared.split().freeze()
             }
         };
         let size = name_len + value.len() + ENTRY_OVERHEAD;

@@ -1758,7 +1758,11 @@ async fn upstream(
     let h2_request = if h2 {
         // The fields move to the HTTP/2 request (nothing reads them in `parts` from here).
         let fields = std::mem::take(&mut parts.headers);
-        let r = upstream_h2::H2Request::new(&parts, fields, target, (cfg.tls.is_some(), trailers));
+        let length = match framing {
+            codec::RequestFraming::Length(n) => Some(n),
+            _ => None,
+        };
+        let r = upstream_h2::H2Request::new(&parts, fields, length, (cfg.tls.is_some(), trailers));
         Some(r)
     } else {
         codec::write_request_head(&mut head, &parts.method, target, &parts.headers, framing);

@@ -20,7 +20,7 @@
 
 use std::sync::atomic::AtomicUsize;
 
-use http::{HeaderValue, Request, StatusCode, Version};
+use http::{HeaderValue, StatusCode, Version};
 use hyper::body::Body as _;
 
 use headway_h2::frame::Reason;
@@ -43,11 +43,12 @@ pub(super) struct H2Request {
 impl H2Request {
     /// The request of `parts` with `headers` (its fields as servers get them, hop-by-hop ones
     /// removed) to a group whose servers are reached over TLS when `tls`; `trailers` when the
-    /// client's `TE` named them.
+    /// client's `TE` named them; `length` the body's size when it is known and not zero (a
+    /// `Content-Length` is added if the client sent none).
     pub fn new(
         parts: &http::request::Parts,
         mut headers: http::HeaderMap,
-        target: &str,
+        length: Option<u64>,
         (tls, trailers): (bool, bool),
     ) -> Self {
         let authority = headers
@@ -60,34 +61,29 @@ impl H2Request {
         } else {
             uri = uri.authority("localhost");
         }
+        // The client's path as it came (a shared buffer, not parsed again).
+        let path = parts
+            .uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
         let uri = uri
-            .path_and_query(target)
+            .path_and_query(path)
             .build()
             .unwrap_or_else(|_| http::Uri::from_static("/"));
         if trailers {
             headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
+        }
+        if let Some(n) = length.filter(|&n| n > 0) {
+            headers
+                .entry(http::header::CONTENT_LENGTH)
+                .or_insert_with(|| HeaderValue::from(n));
         }
         H2Request {
             method: parts.method.clone(),
             uri,
             headers,
         }
-    }
-
-    /// The request's head, saying `length` bytes of body follow when they are known and
-    /// the client did not say so itself.
-    fn to_request(&self, length: Option<u64>) -> Request<()> {
-        let mut r = Request::new(());
-        *r.method_mut() = self.method.clone();
-        *r.uri_mut() = self.uri.clone();
-        *r.version_mut() = Version::HTTP_2;
-        *r.headers_mut() = self.headers.clone();
-        if let Some(n) = length.filter(|&n| n > 0) {
-            r.headers_mut()
-                .entry(http::header::CONTENT_LENGTH)
-                .or_insert_with(|| HeaderValue::from(n));
-        }
-        r
     }
 }
 
@@ -243,20 +239,24 @@ pub(super) async fn exchange(
     let resendable = |body: &Option<ReqBody>| {
         bodiless || matches!(body, Some(ReqBody::Replay(r)) if r.resendable())
     };
+    // One timer for the whole wait: the stream's opening and the answer's head.
+    let timer = tokio::time::sleep_until(deadline);
+    tokio::pin!(timer);
     // A stream is opened once the server's concurrency limit allows one.
-    let length = inner.as_ref().and_then(|b| b.size_hint().exact());
     // (The handle is held until the stream is open: a connection no one holds closes.)
     let conn = send.conn().clone();
-    let head = req.to_request(length);
     let opened = std::future::poll_fn(|cx| {
-        conn.poll_open(cx, (head.method(), head.uri(), head.headers()), bodiless)
+        conn.poll_open(cx, (&req.method, &req.uri, &req.headers), bodiless)
     });
-    let id = match tokio::time::timeout_at(deadline, opened).await {
-        Ok(Ok(id)) => id,
-        Ok(Err(_)) => return Err(closed()),
-        Err(_) => return Err(timed_out()),
+    let id = tokio::select! {
+        biased;
+        o = opened => match o {
+            Ok(id) => id,
+            Err(_) => return Err(closed()),
+        },
+        () = &mut timer => return Err(timed_out()),
     };
-    drop((head, send));
+    drop(send);
     let fault = if let Some(inner) = inner {
         let sent_body = H2Body::new(inner, max_body, Some((vs_counters.clone(), server.clone())));
         let fault = sent_body.fault_cell();
@@ -273,10 +273,14 @@ pub(super) async fn exchange(
         None
     };
     let mut answer = Awaited::new(Answer::new(conn, id), deadline, place, awaited);
-    let waited = tokio::time::timeout_at(deadline, &mut answer).await;
+    let waited = tokio::select! {
+        biased;
+        a = &mut answer => Some(a),
+        () = &mut timer => None,
+    };
     let (parts, _) = match waited {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => {
             if let Some(fault) = fault.as_deref().and_then(H2Body::fault) {
                 let (status, why) = fault.answer();
                 return Err(Attempt::Fail(status, why));
@@ -305,7 +309,7 @@ pub(super) async fn exchange(
                 "the server closed the connection without a response",
             ));
         }
-        Err(_) => return Err(timed_out()),
+        None => return Err(timed_out()),
     };
     // Taken: what is kept of the body for sending again is let go.
     if let Some(ReqBody::Replay(r)) = body {
