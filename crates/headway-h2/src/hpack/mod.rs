@@ -43,7 +43,13 @@
 //!   caller's block, not copies. Fields added to the dynamic table own compact copies of their
 //!   bytes, so the table never pins a large read buffer (and the connection's read buffer can be
 //!   reused); a later reference to them costs a clone (a reference count), not a parse.
-//! - Huffman-coded values of one block not added to the table share one allocation.
+//! - A Huffman-coded value not added to the table costs one allocation of its decoded length.
+//! - Fields sent as literals without indexing (§6.2.2) whose name is not from the dynamic table
+//!   are remembered, a few at a time, by their whole representation: encoders that never index
+//!   some fields (the h2 crate never indexes `content-length`; NGINX indexes none of an
+//!   answer's fields) send the same bytes on every message, and a repeat costs a comparison and
+//!   a clone instead of a Huffman decode, an allocation and a validation. Never-indexed fields
+//!   (§6.2.3) are not remembered.
 
 mod huffman;
 mod table;
@@ -216,7 +222,18 @@ pub struct Decoder {
     update_required: bool,
     /// Reused buffer for Huffman-decoded names and values that are copied anyway.
     scratch: Vec<u8>,
+    /// Recent literal fields without indexing, by representation (see the module doc).
+    recent: Vec<(Box<[u8]>, Entry)>,
+    /// The slot of `recent` the next one replaces once it is full.
+    recent_next: usize,
 }
+
+/// How many literal representations [`Decoder::recent`] remembers.
+const RECENT: usize = 8;
+
+/// The longest representation [`Decoder::recent`] remembers: a message's short fields
+/// (lengths, types, dates), not long values.
+const RECENT_MAX_LEN: usize = 64;
 
 /// The most capacity [`Decoder::scratch`] keeps from one block to the next: a rare long Huffman
 /// string should not hold memory for the rest of the connection.
@@ -268,6 +285,8 @@ impl Decoder {
             max_table_size,
             update_required: false,
             scratch: Vec::new(),
+            recent: Vec::new(),
+            recent_next: 0,
         }
     }
 
@@ -341,8 +360,26 @@ impl Decoder {
                     0x10..=0x1f => (4, Indexing::Never),
                     _ => (4, Indexing::Without),
                 };
-                let index = reader.integer(prefix)?;
-                let entry = self.literal(block, &mut reader, index, indexing)?;
+                let start = reader.pos;
+                let hit = match indexing {
+                    Indexing::Without => self.recent_at(&block[start..]),
+                    _ => None,
+                };
+                let entry = match hit {
+                    Some((len, entry)) => {
+                        reader.pos += len;
+                        entry
+                    }
+                    _ => {
+                        let index = reader.integer(prefix)?;
+                        let entry = self.literal(block, &mut reader, index, indexing)?;
+                        // A name from the dynamic table could differ next time.
+                        if indexing == Indexing::Without && index <= STATIC_LEN {
+                            self.remember(&block[start..reader.pos], &entry);
+                        }
+                        entry
+                    }
+                };
                 let admitted = progress.admit(entry.size);
                 match entry.slot {
                     Slot::Valid(field) => {
@@ -358,6 +395,49 @@ impl Decoder {
             self.scratch = Vec::new();
         }
         Ok(progress.decoded)
+    }
+
+    /// The remembered literal whose representation `rest` starts with: its length and entry.
+    /// (Representations are prefix-free: parsing `rest` would read exactly those bytes.)
+    fn recent_at(&self, rest: &[u8]) -> Option<(usize, Entry)> {
+        self.recent
+            .iter()
+            .find(|(repr, _)| rest.starts_with(repr))
+            .map(|(repr, entry)| (repr.len(), entry.clone()))
+    }
+
+    /// Remembers a valid literal field without indexing, by its representation `repr`.
+    fn remember(&mut self, repr: &[u8], entry: &Entry) {
+        if repr.len() > RECENT_MAX_LEN {
+            return;
+        }
+        // Own copies of the bytes: a plain value is a slice of the caller's block, which must
+        // not stay pinned.
+        let field = match &entry.slot {
+            Slot::Valid(Field::Pseudo(kind, value)) => {
+                Field::Pseudo(*kind, Bytes::copy_from_slice(value))
+            }
+            Slot::Valid(Field::Header(name, value)) => {
+                match HeaderValue::from_bytes(value.as_bytes()) {
+                    Ok(v) => Field::Header(name.clone(), v),
+                    Err(_) => return,
+                }
+            }
+            _ => return,
+        };
+        let kept = (
+            repr.into(),
+            Entry {
+                slot: Slot::Valid(field),
+                size: entry.size,
+            },
+        );
+        if self.recent.len() < RECENT {
+            self.recent.push(kept);
+        } else {
+            self.recent[self.recent_next] = kept;
+            self.recent_next = (self.recent_next + 1) % RECENT;
+        }
     }
 
     /// Emits the field of table index `index` (RFC 7541 §6.1, §2.3.3).

@@ -728,6 +728,54 @@ fn plain_values_are_slices_of_the_block() {
     assert!(!input.as_ptr_range().contains(&value.as_bytes().as_ptr()));
 }
 
+#[test]
+fn repeated_literals_decode_the_same_and_do_not_pin_the_block() {
+    let mut dec = Decoder::new(4096);
+    // content-length (static name 28) "128", Huffman-coded, without indexing; then a plain one
+    // with a literal name.
+    let mut cl = BytesMut::new();
+    encode_integer(0x00, 4, 28, &mut cl);
+    cl.extend_from_slice(&[0x82, 0x08, 0x9e]); // Huffman "128" (RFC 7541 Appendix B)
+    let first = block(&[&cl, &literal(0x00, b"x-a", b"some value")]);
+    let want = [hdr("content-length", "128"), hdr("x-a", "some value")];
+    assert_eq!(decode_ok(&mut dec, &first), want);
+    for _ in 0..3 {
+        let again = block(&[&cl, &literal(0x00, b"x-a", b"some value")]);
+        let fields = decode_ok(&mut dec, &again);
+        assert_eq!(fields, want);
+        // A remembered value is the decoder's own copy, not a slice of an earlier block.
+        let Field::Header(_, value) = &fields[1] else {
+            panic!("not a header")
+        };
+        assert!(!first.as_ptr_range().contains(&value.as_bytes().as_ptr()));
+    }
+    // Sizes still count against the list limit: 14 + 3 + 32 = 49.
+    let (fields, decoded) = decode_limited(&mut dec, &block(&[&cl]), 48).unwrap();
+    assert!(fields.is_empty() && decoded.too_large);
+    // A never-indexed field keeps its flag (and is not taken for the same field without).
+    let mut never = cl.to_vec();
+    never[0] |= 0x10;
+    let fields = decode_ok(&mut dec, &block(&[&never]));
+    let Field::Header(_, value) = &fields[0] else {
+        panic!("not a header")
+    };
+    assert!(value.is_sensitive());
+}
+
+#[test]
+fn literals_naming_a_dynamic_entry_are_decoded_each_time() {
+    let mut dec = Decoder::new(4096);
+    // x-a: 1 goes into the table at index 62; a literal without indexing names index 62.
+    decode_ok(&mut dec, &block(&[&literal(0x40, b"x-a", b"1")]));
+    let mut named = BytesMut::new();
+    encode_integer(0x00, 4, 62, &mut named);
+    encode_string(b"v", &mut named);
+    assert_eq!(decode_ok(&mut dec, &block(&[&named])), [hdr("x-a", "v")]);
+    // x-b: 2 is index 62 now: the same bytes name another field.
+    decode_ok(&mut dec, &block(&[&literal(0x40, b"x-b", b"2")]));
+    assert_eq!(decode_ok(&mut dec, &block(&[&named])), [hdr("x-b", "v")]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Encoder
 
