@@ -543,6 +543,13 @@ impl Group {
         if let Some(l) = self.try_acquire(&a)? {
             return Ok(l);
         }
+        // Boxed: the wait's state stays out of every request's future (copied whole when it
+        // is boxed) unless the request has to wait.
+        Box::pin(self.wait_in_queue(a)).await
+    }
+
+    /// [`Group::acquire`] once no server could be taken at once: a place in the surge queue.
+    async fn wait_in_queue(&self, a: Affinity<'_>) -> Result<Lease, Unavailable> {
         let limit = self.config.surge_queue;
         let queue = &self.state.queue;
         if limit == 0 {

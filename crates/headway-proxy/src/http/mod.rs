@@ -1184,7 +1184,10 @@ async fn handle(conn: Arc<Conn>, req: Request<ReqBody>) -> Response<RespBody> {
     // twice in its caller's (once as the call's result, once where it is polled), so each
     // level of nesting doubled the size: a request's future was 21.6 KB, copied whole into
     // hyper's box and then level by level (39 KB of memcpy per request, 10 % of the
-    // instructions of a proxied request). Boxed, the levels are 0.8, 3.8 and 1.5 KB.
+    // instructions of a proxied request). Boxed, `handle` is 0.6 KB, `phases` 1.7 KB (with
+    // `upstream` in it) and each exchange about 1 KB. (Copying `phases` into its box was
+    // still 2 % of the CPU of an HTTP/2 request at 2.5 KB, hence `phases` and `upstream`
+    // are `async move` blocks, and the surge queue's wait is boxed.)
     let mut resp = match Box::pin(phases(&conn, &vs, n, parts, body, started, &mut log)).await {
         Flow::Respond(r) | Flow::Continue(r) => r,
     };
@@ -1211,289 +1214,294 @@ async fn handle(conn: Arc<Conn>, req: Request<ReqBody>) -> Response<RespBody> {
 
 /// The phases of one request; a response made here ends the exchange at once, a response from
 /// a server carries its [`Exchange`] (which takes `log`).
-async fn phases(
-    conn: &Arc<Conn>,
-    vs: &Arc<VsRuntime>,
+///
+/// Not an `async fn`, for the reason given at [`upstream`].
+#[allow(clippy::manual_async_fn)] // deliberately not an `async fn` (see above)
+fn phases<'a>(
+    conn: &'a Arc<Conn>,
+    vs: &'a Arc<VsRuntime>,
     n: u64,
     mut parts: http::request::Parts,
     body: ReqBody,
     started: Instant,
-    log: &mut Option<LogLine>,
-) -> Flow<Response<RespBody>> {
-    let local_end = |r: Response<RespBody>| {
-        conn.activity.exchange_done();
-        Flow::Respond(r)
-    };
-    // 1 admit
-    if parts.version != Version::HTTP_2 {
-        if let Some(v) = conn.verdict.of_request(n) {
-            vs.shared.counters.bad_requests.inc();
-            conn.verdict.answered();
-            conn.activity.linger();
-            tracing::debug!(client = %conn.peer, violation = ?v, "refused an ambiguous request");
-            let status = StatusCode::from_u16(v.status()).unwrap_or(StatusCode::BAD_REQUEST);
-            return local_end(local(status, v.message(), true));
-        }
-    }
-    if parts.method == Method::CONNECT {
-        // Closing: the framing check stopped at this request, as at an upgrade.
-        vs.shared.counters.bad_requests.inc();
-        return local_end(local(
-            StatusCode::NOT_IMPLEMENTED,
-            "CONNECT is for forward proxies; this virtual server is a reverse proxy",
-            true,
-        ));
-    }
-    // A protocol upgrade (a WebSocket) becomes a tunnel if the virtual server passes upgrades
-    // and the server agrees (see `tunnel`); otherwise the request is served as a plain one
-    // (its `Upgrade` is hop-by-hop, removed on the way) and the connection ends after it.
-    let mut upgrade = None;
-    if parts.version != Version::HTTP_2 && parts.headers.contains_key(header::UPGRADE) {
-        conn.close_after.store(true, Relaxed);
-        if vs.config.upgrades && parts.version == Version::HTTP_11 && body.is_end_stream() {
-            if let Some(protocols) = headers::upgrade_asked(&parts.headers) {
-                // hyper's requests carry the way to their stream; the own loop hands its
-                // stream over after writing the 101.
-                let client = match parts.extensions.remove::<hyper::upgrade::OnUpgrade>() {
-                    Some(on) => tunnel::Client::Hyper(on),
-                    None => tunnel::Client::Awaited,
-                };
-                upgrade = Some((protocols, client));
+    log: &'a mut Option<LogLine>,
+) -> impl std::future::Future<Output = Flow<Response<RespBody>>> + 'a {
+    async move {
+        let local_end = |r: Response<RespBody>| {
+            conn.activity.exchange_done();
+            Flow::Respond(r)
+        };
+        // 1 admit
+        if parts.version != Version::HTTP_2 {
+            if let Some(v) = conn.verdict.of_request(n) {
+                vs.shared.counters.bad_requests.inc();
+                conn.verdict.answered();
+                conn.activity.linger();
+                tracing::debug!(client = %conn.peer, violation = ?v, "refused an ambiguous request");
+                let status = StatusCode::from_u16(v.status()).unwrap_or(StatusCode::BAD_REQUEST);
+                return local_end(local(status, v.message(), true));
             }
         }
-    }
-    // A body its length says is too large is refused before any server is asked (closing:
-    // it is not read).
-    if let Some(max) = vs.config.max_body_bytes {
-        if body.size_hint().lower() > max {
+        if parts.method == Method::CONNECT {
+            // Closing: the framing check stopped at this request, as at an upgrade.
             vs.shared.counters.bad_requests.inc();
-            conn.activity.linger();
             return local_end(local(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "the request body is larger than this virtual server takes",
+                StatusCode::NOT_IMPLEMENTED,
+                "CONNECT is for forward proxies; this virtual server is a reverse proxy",
                 true,
             ));
         }
-    }
-    if !vs.shared.limits.admit_request(conn.peer.ip()) {
-        vs.shared.counters.rate_limited.inc();
-        return local_end(local(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too many requests from this address",
-            false,
-        ));
-    }
-    // 2 route
-    let (target, rule) = vs.router.route(&parts, conn.peer.ip());
-    if let Some(r) = rule.and_then(|i| vs.rules.get(i)) {
-        r.shared.hits.inc();
-        if let Some(limiter) = &r.limiter {
-            let key = limiter.key(&parts.headers, conn.peer.ip());
-            if let Err(wait) = limiter.admit(key, SystemClock::now()) {
-                r.shared.limited.inc();
-                let mut answer = local(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "too many requests: this rule's rate limit is reached, try again later",
-                    false,
-                );
-                answer.headers_mut().insert(
-                    header::RETRY_AFTER,
-                    HeaderValue::from(rate_limit::retry_after(wait)),
-                );
-                return local_end(answer);
+        // A protocol upgrade (a WebSocket) becomes a tunnel if the virtual server passes upgrades
+        // and the server agrees (see `tunnel`); otherwise the request is served as a plain one
+        // (its `Upgrade` is hop-by-hop, removed on the way) and the connection ends after it.
+        let mut upgrade = None;
+        if parts.version != Version::HTTP_2 && parts.headers.contains_key(header::UPGRADE) {
+            conn.close_after.store(true, Relaxed);
+            if vs.config.upgrades && parts.version == Version::HTTP_11 && body.is_end_stream() {
+                if let Some(protocols) = headers::upgrade_asked(&parts.headers) {
+                    // hyper's requests carry the way to their stream; the own loop hands its
+                    // stream over after writing the 101.
+                    let client = match parts.extensions.remove::<hyper::upgrade::OnUpgrade>() {
+                        Some(on) => tunnel::Client::Hyper(on),
+                        None => tunnel::Client::Awaited,
+                    };
+                    upgrade = Some((protocols, client));
+                }
             }
         }
-        if let Some(a) = &r.auth {
-            if !a.admits(&parts.headers, SystemClock::now()).await {
-                r.shared.unauthorized.inc();
-                let mut answer = local(
-                    StatusCode::UNAUTHORIZED,
-                    "a user name and password are required",
-                    false,
-                );
-                answer
-                    .headers_mut()
-                    .insert(header::WWW_AUTHENTICATE, a.challenge());
-                return local_end(answer);
+        // A body its length says is too large is refused before any server is asked (closing:
+        // it is not read).
+        if let Some(max) = vs.config.max_body_bytes {
+            if body.size_hint().lower() > max {
+                vs.shared.counters.bad_requests.inc();
+                conn.activity.linger();
+                return local_end(local(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "the request body is larger than this virtual server takes",
+                    true,
+                ));
             }
         }
-    }
-    if let Some(rw) = rule
-        .and_then(|i| vs.router.rule(i))
-        .and_then(|r| r.path_rewrite.as_ref())
-    {
-        route::rewrite_path(&mut parts, rw);
-    }
-    let group = match target {
-        Target::Group(group) => group.clone(),
-        Target::Answer(answer) => {
+        if !vs.shared.limits.admit_request(conn.peer.ip()) {
+            vs.shared.counters.rate_limited.inc();
+            return local_end(local(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many requests from this address",
+                false,
+            ));
+        }
+        // 2 route
+        let (target, rule) = vs.router.route(&parts, conn.peer.ip());
+        if let Some(r) = rule.and_then(|i| vs.rules.get(i)) {
+            r.shared.hits.inc();
+            if let Some(limiter) = &r.limiter {
+                let key = limiter.key(&parts.headers, conn.peer.ip());
+                if let Err(wait) = limiter.admit(key, SystemClock::now()) {
+                    r.shared.limited.inc();
+                    let mut answer = local(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "too many requests: this rule's rate limit is reached, try again later",
+                        false,
+                    );
+                    answer.headers_mut().insert(
+                        header::RETRY_AFTER,
+                        HeaderValue::from(rate_limit::retry_after(wait)),
+                    );
+                    return local_end(answer);
+                }
+            }
+            if let Some(a) = &r.auth {
+                if !a.admits(&parts.headers, SystemClock::now()).await {
+                    r.shared.unauthorized.inc();
+                    let mut answer = local(
+                        StatusCode::UNAUTHORIZED,
+                        "a user name and password are required",
+                        false,
+                    );
+                    answer
+                        .headers_mut()
+                        .insert(header::WWW_AUTHENTICATE, a.challenge());
+                    return local_end(answer);
+                }
+            }
+        }
+        if let Some(rw) = rule
+            .and_then(|i| vs.router.rule(i))
+            .and_then(|r| r.path_rewrite.as_ref())
+        {
+            route::rewrite_path(&mut parts, rw);
+        }
+        let group = match target {
+            Target::Group(group) => group.clone(),
+            Target::Answer(answer) => {
+                let https = vs.config.kind == headway_config::adc::VirtualServerKind::Https;
+                return local_end(match answer.respond(&parts, https) {
+                    Ok(r) => r,
+                    Err(why) => {
+                        vs.shared.counters.bad_requests.inc();
+                        local(StatusCode::BAD_REQUEST, why, false)
+                    }
+                });
+            }
+        };
+        if let Some((_, e)) = log.as_deref_mut() {
+            e.group = group.config.name.clone();
+        }
+        let accepted = vs.compression.as_ref().map(|c| c.accepts(&parts.headers));
+        let request_id = vs
+            .request_id
+            .as_ref()
+            .and_then(|n| parts.headers.get(n).cloned());
+        let facts = vs.facts(conn.peer, request_id.as_ref());
+        // 2½ cache
+        let mut fetch = None;
+        if let (Some(cache), None) = (&vs.cache, &upgrade) {
             let https = vs.config.kind == headway_config::adc::VirtualServerKind::Https;
-            return local_end(match answer.respond(&parts, https) {
-                Ok(r) => r,
-                Err(why) => {
-                    vs.shared.counters.bad_requests.inc();
-                    local(StatusCode::BAD_REQUEST, why, false)
+            match cache.lookup(&mut parts, https, !body.is_end_stream()).await {
+                Lookup::Bypass => {}
+                Lookup::Fetch(f) => fetch = Some(f),
+                Lookup::Respond(r) => {
+                    return local_end(from_cache(vs, &parts.method, accepted, r, &facts))
                 }
-            });
-        }
-    };
-    if let Some((_, e)) = log.as_deref_mut() {
-        e.group = group.config.name.clone();
-    }
-    let accepted = vs.compression.as_ref().map(|c| c.accepts(&parts.headers));
-    let request_id = vs
-        .request_id
-        .as_ref()
-        .and_then(|n| parts.headers.get(n).cloned());
-    let facts = vs.facts(conn.peer, request_id.as_ref());
-    // 2½ cache
-    let mut fetch = None;
-    if let (Some(cache), None) = (&vs.cache, &upgrade) {
-        let https = vs.config.kind == headway_config::adc::VirtualServerKind::Https;
-        match cache.lookup(&mut parts, https, !body.is_end_stream()).await {
-            Lookup::Bypass => {}
-            Lookup::Fetch(f) => fetch = Some(f),
-            Lookup::Respond(r) => {
-                return local_end(from_cache(vs, &parts.method, accepted, r, &facts))
-            }
-            Lookup::Stale(r, f) => {
-                tokio::spawn(revalidate(conn.clone(), vs.clone(), group.clone(), f));
-                return local_end(from_cache(vs, &parts.method, accepted, r, &facts));
-            }
-        }
-    }
-    if let Some(f) = &fetch {
-        f.prepare(&mut parts);
-    }
-    // 3 + 4 select and upstream, with retries
-    let cookie = group.cookie_spec().and_then(|spec| {
-        parts
-            .headers
-            .get_all(header::COOKIE)
-            .iter()
-            .find_map(|v| spec.find_in(v.as_bytes()).map(<[u8]>::to_vec))
-    });
-    let method = parts.method.clone();
-    let version = parts.version;
-    let (protocols, client) = upgrade.unzip();
-    if let Some(m) = &vs.mirror {
-        if protocols.is_none() && body.is_end_stream() {
-            mirror::copy(conn, vs, m, &parts);
-        }
-    }
-    match upstream(
-        conn,
-        vs,
-        &group,
-        parts,
-        Some(body),
-        cookie.as_deref(),
-        protocols.as_ref(),
-    )
-    .await
-    {
-        Flow::Respond(r) => {
-            // A stale object in its stale-if-error window answers instead of the error.
-            match fetch.and_then(|f| f.on_error()) {
-                Some(cached) => local_end(from_cache(vs, &method, accepted, cached, &facts)),
-                None => local_end(r),
-            }
-        }
-        Flow::Continue(up) => {
-            // 5 respond
-            let Upstream {
-                head,
-                lease,
-                source,
-            } = up;
-            let mut rparts = Response::new(()).into_parts().0;
-            rparts.status = head.status;
-            rparts.version = version;
-            rparts.headers = head.headers;
-            // The server agreed to the upgrade: its protocol, kept from the hop-by-hop
-            // fields removed below.
-            let switched = client
-                .filter(|_| rparts.status == StatusCode::SWITCHING_PROTOCOLS)
-                .map(|c| (c, rparts.headers.get(header::UPGRADE).cloned()));
-            // HTTP/1.0 servers close unless they say keep-alive; we never ask them to.
-            let close =
-                headers::strip_hop_by_hop(&mut rparts.headers) || head.version == Version::HTTP_10;
-            let tee = match fetch.map(|f| f.on_response(rparts.status, &mut rparts.headers)) {
-                None | Some(Reply::Pass(None)) => None,
-                Some(Reply::Pass(Some(tee))) => Some(tee),
-                Some(Reply::Serve(cached)) => {
-                    // The server's 304 refreshed the stored object (or its error gave way to
-                    // a stale one): the answer comes from the cache.
-                    lease
-                        .server
-                        .counters
-                        .responses
-                        .record(rparts.status.as_u16());
-                    checkin_if_done(&lease, source, close);
-                    drop(lease);
-                    return local_end(from_cache(vs, &method, accepted, cached, &facts));
+                Lookup::Stale(r, f) => {
+                    tokio::spawn(revalidate(conn.clone(), vs.clone(), group.clone(), f));
+                    return local_end(from_cache(vs, &parts.method, accepted, r, &facts));
                 }
-            };
-            vs.response_rules.apply(&mut rparts.headers, &facts);
-            let stage = match (&vs.compression, accepted) {
-                _ if switched.is_some() => None,
-                (Some(c), Some(accepted)) => c.respond(
-                    &method,
-                    accepted,
-                    rparts.status,
-                    &mut rparts.headers,
-                    source.remaining(),
-                ),
-                _ => None,
-            };
-            if let Some(value) = group.cookie_value(lease.index) {
-                if cookie.as_deref() != Some(value.as_bytes()) {
-                    if let Some(sc) = group.set_cookie(lease.index) {
-                        if let Ok(v) = HeaderValue::from_str(&sc) {
-                            rparts.headers.append(header::SET_COOKIE, v);
+            }
+        }
+        if let Some(f) = &fetch {
+            f.prepare(&mut parts);
+        }
+        // 3 + 4 select and upstream, with retries
+        let cookie = group.cookie_spec().and_then(|spec| {
+            parts
+                .headers
+                .get_all(header::COOKIE)
+                .iter()
+                .find_map(|v| spec.find_in(v.as_bytes()).map(<[u8]>::to_vec))
+        });
+        let method = parts.method.clone();
+        let version = parts.version;
+        let (protocols, client) = upgrade.unzip();
+        if let Some(m) = &vs.mirror {
+            if protocols.is_none() && body.is_end_stream() {
+                mirror::copy(conn, vs, m, &parts);
+            }
+        }
+        match upstream(
+            conn,
+            vs,
+            &group,
+            parts,
+            Some(body),
+            cookie.as_deref(),
+            protocols.as_ref(),
+        )
+        .await
+        {
+            Flow::Respond(r) => {
+                // A stale object in its stale-if-error window answers instead of the error.
+                match fetch.and_then(|f| f.on_error()) {
+                    Some(cached) => local_end(from_cache(vs, &method, accepted, cached, &facts)),
+                    None => local_end(r),
+                }
+            }
+            Flow::Continue(up) => {
+                // 5 respond
+                let Upstream {
+                    head,
+                    lease,
+                    source,
+                } = up;
+                let mut rparts = Response::new(()).into_parts().0;
+                rparts.status = head.status;
+                rparts.version = version;
+                rparts.headers = head.headers;
+                // The server agreed to the upgrade: its protocol, kept from the hop-by-hop
+                // fields removed below.
+                let switched = client
+                    .filter(|_| rparts.status == StatusCode::SWITCHING_PROTOCOLS)
+                    .map(|c| (c, rparts.headers.get(header::UPGRADE).cloned()));
+                // HTTP/1.0 servers close unless they say keep-alive; we never ask them to.
+                let close = headers::strip_hop_by_hop(&mut rparts.headers)
+                    || head.version == Version::HTTP_10;
+                let tee = match fetch.map(|f| f.on_response(rparts.status, &mut rparts.headers)) {
+                    None | Some(Reply::Pass(None)) => None,
+                    Some(Reply::Pass(Some(tee))) => Some(tee),
+                    Some(Reply::Serve(cached)) => {
+                        // The server's 304 refreshed the stored object (or its error gave way to
+                        // a stale one): the answer comes from the cache.
+                        lease
+                            .server
+                            .counters
+                            .responses
+                            .record(rparts.status.as_u16());
+                        checkin_if_done(&lease, source, close);
+                        drop(lease);
+                        return local_end(from_cache(vs, &method, accepted, cached, &facts));
+                    }
+                };
+                vs.response_rules.apply(&mut rparts.headers, &facts);
+                let stage = match (&vs.compression, accepted) {
+                    _ if switched.is_some() => None,
+                    (Some(c), Some(accepted)) => c.respond(
+                        &method,
+                        accepted,
+                        rparts.status,
+                        &mut rparts.headers,
+                        source.remaining(),
+                    ),
+                    _ => None,
+                };
+                if let Some(value) = group.cookie_value(lease.index) {
+                    if cookie.as_deref() != Some(value.as_bytes()) {
+                        if let Some(sc) = group.set_cookie(lease.index) {
+                            if let Ok(v) = HeaderValue::from_str(&sc) {
+                                rparts.headers.append(header::SET_COOKIE, v);
+                            }
                         }
                     }
                 }
+                let status = rparts.status.as_u16();
+                lease.server.counters.responses.record(status);
+                let log = log.take().map(|mut line| {
+                    line.1.status = status;
+                    // A trailers-only gRPC answer (an error before any message) says it here.
+                    line.1.grpc_status = access_log::grpc_status(&rparts.headers);
+                    line.1.server = group.members[lease.index].name.clone();
+                    line
+                });
+                let exchange = Exchange {
+                    lease: Some(lease),
+                    reusable: !close,
+                    counters: vs.shared.counters.clone(),
+                    activity: conn.activity.clone(),
+                    started,
+                    log,
+                    awaited: Some(conn.awaited.clone()),
+                };
+                // (Only HTTP/1 servers are asked for upgrades.)
+                let source = match (switched, source) {
+                    (Some((client, protocol)), Source::H1(server_conn, _)) => {
+                        return switch_protocols(
+                            conn,
+                            vs,
+                            rparts,
+                            protocol,
+                            server_conn,
+                            client,
+                            exchange,
+                        )
+                    }
+                    (_, source) => source,
+                };
+                Flow::Continue(Response::from_parts(
+                    rparts,
+                    RespBody::server(source, exchange)
+                        .teed(tee)
+                        .compressed(stage),
+                ))
             }
-            let status = rparts.status.as_u16();
-            lease.server.counters.responses.record(status);
-            let log = log.take().map(|mut line| {
-                line.1.status = status;
-                // A trailers-only gRPC answer (an error before any message) says it here.
-                line.1.grpc_status = access_log::grpc_status(&rparts.headers);
-                line.1.server = group.members[lease.index].name.clone();
-                line
-            });
-            let exchange = Exchange {
-                lease: Some(lease),
-                reusable: !close,
-                counters: vs.shared.counters.clone(),
-                activity: conn.activity.clone(),
-                started,
-                log,
-                awaited: Some(conn.awaited.clone()),
-            };
-            // (Only HTTP/1 servers are asked for upgrades.)
-            let source = match (switched, source) {
-                (Some((client, protocol)), Source::H1(server_conn, _)) => {
-                    return switch_protocols(
-                        conn,
-                        vs,
-                        rparts,
-                        protocol,
-                        server_conn,
-                        client,
-                        exchange,
-                    )
-                }
-                (_, source) => source,
-            };
-            Flow::Continue(Response::from_parts(
-                rparts,
-                RespBody::server(source, exchange)
-                    .teed(tee)
-                    .compressed(stage),
-            ))
         }
     }
 }
@@ -1679,220 +1687,228 @@ enum Attempt {
 const MAX_UNTAKEN: u32 = 8;
 
 /// Phases 3 and 4: choose a server, send, get the response header; retry as configured.
-async fn upstream(
-    conn: &Arc<Conn>,
-    vs: &Arc<VsRuntime>,
-    group: &Arc<Group>,
+//
+// Not an `async fn`: those move their arguments into locals of the future, so it held `parts`
+// (224 bytes) and `body` twice; an `async move` block owns them once. Futures are copied
+// whole each time one is boxed, and every request boxes this one (inside `phases`).
+#[allow(clippy::manual_async_fn)] // deliberately not an `async fn` (see above)
+fn upstream<'a>(
+    conn: &'a Arc<Conn>,
+    vs: &'a Arc<VsRuntime>,
+    group: &'a Arc<Group>,
     mut parts: http::request::Parts,
     body: Option<ReqBody>,
-    cookie: Option<&[u8]>,
-    upgrade: Option<&HeaderValue>,
-) -> Flow<Upstream> {
-    let cfg = &group.config;
-    // The request as servers see it.
-    let host = if vs.config.forwarded {
-        route::host_of(&parts)
-    } else {
-        None
-    };
-    if !parts.headers.contains_key(header::HOST) {
-        if let Some(a) = parts.uri.authority() {
-            if let Ok(v) = HeaderValue::from_str(a.as_str()) {
-                parts.headers.insert(header::HOST, v);
+    cookie: Option<&'a [u8]>,
+    upgrade: Option<&'a HeaderValue>,
+) -> impl std::future::Future<Output = Flow<Upstream>> + 'a {
+    async move {
+        let cfg = &group.config;
+        // The request as servers see it.
+        let host = if vs.config.forwarded {
+            route::host_of(&parts)
+        } else {
+            None
+        };
+        if !parts.headers.contains_key(header::HOST) {
+            if let Some(a) = parts.uri.authority() {
+                if let Ok(v) = HeaderValue::from_str(a.as_str()) {
+                    parts.headers.insert(header::HOST, v);
+                }
             }
         }
-    }
-    let h2 = cfg.protocol == headway_config::adc::UpstreamProtocol::Http2;
-    // A client that takes trailers (gRPC) says so in `TE`, a hop-by-hop field: an HTTP/2
-    // server is told again (`te: trailers`, the one `TE` HTTP/2 allows).
-    let trailers = h2
-        && parts.headers.get_all(header::TE).iter().any(|v| {
-            headers::connection_options(std::iter::once(v))
-                .any(|t| t.eq_ignore_ascii_case("trailers"))
-        });
-    headers::strip_hop_by_hop(&mut parts.headers);
-    // The client's `Expect: 100-continue` was answered on the client side (hyper sends the 100
-    // when the body is read); the server gets the body at once.
-    parts.headers.remove(header::EXPECT);
-    headers::add_forwarding(
-        &mut parts.headers,
-        Forwarding {
-            xff: vs.config.x_forwarded_for,
-            xfp: vs.config.x_forwarded_proto,
-            forwarded: vs.config.forwarded,
-        },
-        &conn.client,
-        if vs.config.kind == headway_config::adc::VirtualServerKind::Https {
-            "https"
+        let h2 = cfg.protocol == headway_config::adc::UpstreamProtocol::Http2;
+        // A client that takes trailers (gRPC) says so in `TE`, a hop-by-hop field: an HTTP/2
+        // server is told again (`te: trailers`, the one `TE` HTTP/2 allows).
+        let trailers = h2
+            && parts.headers.get_all(header::TE).iter().any(|v| {
+                headers::connection_options(std::iter::once(v))
+                    .any(|t| t.eq_ignore_ascii_case("trailers"))
+            });
+        headers::strip_hop_by_hop(&mut parts.headers);
+        // The client's `Expect: 100-continue` was answered on the client side (hyper sends the 100
+        // when the body is read); the server gets the body at once.
+        parts.headers.remove(header::EXPECT);
+        headers::add_forwarding(
+            &mut parts.headers,
+            Forwarding {
+                xff: vs.config.x_forwarded_for,
+                xfp: vs.config.x_forwarded_proto,
+                forwarded: vs.config.forwarded,
+            },
+            &conn.client,
+            if vs.config.kind == headway_config::adc::VirtualServerKind::Https {
+                "https"
+            } else {
+                "http"
+            },
+            host.as_deref(),
+        );
+        if !vs.request_rules.is_empty() {
+            let id = vs
+                .request_id
+                .as_ref()
+                .and_then(|n| parts.headers.get(n).cloned());
+            let facts = vs.facts(conn.peer, id.as_ref());
+            vs.request_rules.apply(&mut parts.headers, &facts);
+        }
+        // HTTP/2 servers are not asked for upgrades (RFC 8441's extended CONNECT is another
+        // exchange): the request is served as a plain one.
+        let upgrade = upgrade.filter(|_| !h2);
+        if let Some(protocols) = upgrade {
+            let h = &mut parts.headers;
+            h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            h.insert(header::UPGRADE, protocols.clone());
+        }
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let framing = match &body {
+            None => codec::RequestFraming::Empty,
+            Some(b) if b.is_end_stream() => codec::RequestFraming::Empty,
+            Some(b) => match b.size_hint().exact() {
+                Some(n) => codec::RequestFraming::Length(n),
+                None => codec::RequestFraming::Chunked,
+            },
+        };
+        let mut head = bytes::BytesMut::new();
+        let h2_request = if h2 {
+            // The fields move to the HTTP/2 request (nothing reads them in `parts` from here).
+            let fields = std::mem::take(&mut parts.headers);
+            let length = match framing {
+                codec::RequestFraming::Length(n) => Some(n),
+                _ => None,
+            };
+            let r =
+                upstream_h2::H2Request::new(&parts, fields, length, (cfg.tls.is_some(), trailers));
+            Some(r)
         } else {
-            "http"
-        },
-        host.as_deref(),
-    );
-    if !vs.request_rules.is_empty() {
-        let id = vs
-            .request_id
-            .as_ref()
-            .and_then(|n| parts.headers.get(n).cloned());
-        let facts = vs.facts(conn.peer, id.as_ref());
-        vs.request_rules.apply(&mut parts.headers, &facts);
-    }
-    // HTTP/2 servers are not asked for upgrades (RFC 8441's extended CONNECT is another
-    // exchange): the request is served as a plain one.
-    let upgrade = upgrade.filter(|_| !h2);
-    if let Some(protocols) = upgrade {
-        let h = &mut parts.headers;
-        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-        h.insert(header::UPGRADE, protocols.clone());
-    }
-    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let framing = match &body {
-        None => codec::RequestFraming::Empty,
-        Some(b) if b.is_end_stream() => codec::RequestFraming::Empty,
-        Some(b) => match b.size_hint().exact() {
-            Some(n) => codec::RequestFraming::Length(n),
-            None => codec::RequestFraming::Chunked,
-        },
-    };
-    let mut head = bytes::BytesMut::new();
-    let h2_request = if h2 {
-        // The fields move to the HTTP/2 request (nothing reads them in `parts` from here).
-        let fields = std::mem::take(&mut parts.headers);
-        let length = match framing {
-            codec::RequestFraming::Length(n) => Some(n),
-            _ => None,
+            codec::write_request_head(&mut head, &parts.method, target, &parts.headers, framing);
+            None
         };
-        let r = upstream_h2::H2Request::new(&parts, fields, length, (cfg.tls.is_some(), trailers));
-        Some(r)
-    } else {
-        codec::write_request_head(&mut head, &parts.method, target, &parts.headers, framing);
-        None
-    };
-    // Only the hash methods read a key.
-    let fields = h2_request.as_ref().map_or(&parts.headers, |r| &r.headers);
-    let hash_key = hash_key(cfg, target, fields);
-    let replayable = idempotent(&parts.method) && framing == codec::RequestFraming::Empty;
-    let mut body = body;
-    // A body to an HTTP/2 server is kept as it is sent, so that a stream the server does not
-    // take (refused, or past a graceful GOAWAY) is sent again with it instead of failing.
-    if h2_request.is_some() {
-        body = body.map(|b| match b {
-            ReqBody::Empty => ReqBody::Empty,
-            b => ReqBody::Replay(replay::Replay::new(b)),
-        });
-    }
-    // The answer if every try fails: the last try's.
-    let mut last: (StatusCode, &str);
-    // The PROXY header of the group's new server connections: this client connection's.
-    let proxy = cfg
-        .send_proxy_protocol
-        .map(|version| crate::upstream::ProxyHeader {
-            version,
-            client: conn.peer,
-            destination: conn.destination.unwrap_or(vs.config.listen),
-        });
-    let mut tried = 0u64;
-    let (mut attempt, mut untaken) = (0, 0);
-    loop {
-        let lease = match group
-            .acquire(Affinity {
-                client: Some(conn.peer.ip()),
-                cookie,
-                hash_key,
-                exclude: tried,
-            })
-            .await
-        {
-            Ok(l) => l,
-            Err(Unavailable::NoServer) => {
-                return Flow::Respond(local(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &format!("no server of group {} is available", cfg.name),
-                    false,
-                ))
-            }
-            Err(Unavailable::Busy) => {
-                return Flow::Respond(local(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &format!("every server of group {} is busy; try again", cfg.name),
-                    false,
-                ))
-            }
-        };
-        let server = lease.server.clone();
-        tried |= 1u64.checked_shl(lease.index as u32).unwrap_or(0);
-        let outcome = match &h2_request {
-            Some(req) => {
-                Box::pin(upstream_h2::exchange(
-                    &server,
+        // Only the hash methods read a key.
+        let fields = h2_request.as_ref().map_or(&parts.headers, |r| &r.headers);
+        let hash_key = hash_key(cfg, target, fields);
+        let replayable = idempotent(&parts.method) && framing == codec::RequestFraming::Empty;
+        let mut body = body;
+        // A body to an HTTP/2 server is kept as it is sent, so that a stream the server does not
+        // take (refused, or past a graceful GOAWAY) is sent again with it instead of failing.
+        if h2_request.is_some() {
+            body = body.map(|b| match b {
+                ReqBody::Empty => ReqBody::Empty,
+                b => ReqBody::Replay(replay::Replay::new(b)),
+            });
+        }
+        // The answer if every try fails: the last try's.
+        let mut last: (StatusCode, &str);
+        // The PROXY header of the group's new server connections: this client connection's.
+        let proxy = cfg
+            .send_proxy_protocol
+            .map(|version| crate::upstream::ProxyHeader {
+                version,
+                client: conn.peer,
+                destination: conn.destination.unwrap_or(vs.config.listen),
+            });
+        let mut tried = 0u64;
+        let (mut attempt, mut untaken) = (0, 0);
+        loop {
+            let lease = match group
+                .acquire(Affinity {
+                    client: Some(conn.peer.ip()),
+                    cookie,
+                    hash_key,
+                    exclude: tried,
+                })
+                .await
+            {
+                Ok(l) => l,
+                Err(Unavailable::NoServer) => {
+                    return Flow::Respond(local(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &format!("no server of group {} is available", cfg.name),
+                        false,
+                    ))
+                }
+                Err(Unavailable::Busy) => {
+                    return Flow::Respond(local(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &format!("every server of group {} is busy; try again", cfg.name),
+                        false,
+                    ))
+                }
+            };
+            let server = lease.server.clone();
+            tried |= 1u64.checked_shl(lease.index as u32).unwrap_or(0);
+            let outcome = match &h2_request {
+                Some(req) => {
+                    Box::pin(upstream_h2::exchange(
+                        &server,
+                        cfg,
+                        req,
+                        &mut body,
+                        vs.config.max_body_bytes,
+                        (&vs.shared.counters, &conn.awaited),
+                    ))
+                    .await
+                }
+                None => Box::pin(exchange(
+                    (&server, proxy),
                     cfg,
-                    req,
+                    &head,
                     &mut body,
-                    vs.config.max_body_bytes,
+                    (framing, vs.config.max_body_bytes),
+                    (&parts.method, upgrade.is_some()),
                     (&vs.shared.counters, &conn.awaited),
                 ))
                 .await
-            }
-            None => Box::pin(exchange(
-                (&server, proxy),
-                cfg,
-                &head,
-                &mut body,
-                (framing, vs.config.max_body_bytes),
-                (&parts.method, upgrade.is_some()),
-                (&vs.shared.counters, &conn.awaited),
-            ))
-            .await
-            .map(|(c, h, decoder)| (h, Source::H1(c, decoder))),
-        };
-        let retry = attempt < cfg.retries;
-        match outcome {
-            // An answer the group retries (a server saying it is restarting or overloaded):
-            // its connection is closed unread and another server asked, while tries remain.
-            Ok((h, _)) if retry && replayable && cfg.retry_on.contains(&h.status.as_u16()) => {
-                tracing::debug!(
-                    group = %cfg.name, server = %server.address, status = h.status.as_u16(),
-                    "answer retried on another server"
-                );
-                last = (
-                    StatusCode::BAD_GATEWAY,
-                    "every server tried answered with an error",
-                );
-            }
-            Ok((h, source)) => {
-                return Flow::Continue(Upstream {
-                    head: h,
-                    lease,
-                    source,
-                })
-            }
-            Err(Attempt::Untaken(..)) if untaken < MAX_UNTAKEN => {
-                untaken += 1;
-                server.counters.resent.inc();
-                // Not this server's failure: it may be chosen again.
-                tried &= !1u64.checked_shl(lease.index as u32).unwrap_or(0);
-                continue;
-            }
-            Err(Attempt::NotSent(status, why) | Attempt::Untaken(status, why)) => {
-                last = (status, why);
-            }
-            Err(Attempt::NoResponse(status, why)) if replayable => last = (status, why),
-            Err(Attempt::NoResponse(status, why) | Attempt::Fail(status, why)) => {
-                // A body cut off at the limit leaves the rest unread: the connection ends.
-                let too_large = status == StatusCode::PAYLOAD_TOO_LARGE;
-                if too_large {
-                    vs.shared.counters.bad_requests.inc();
+                .map(|(c, h, decoder)| (h, Source::H1(c, decoder))),
+            };
+            let retry = attempt < cfg.retries;
+            match outcome {
+                // An answer the group retries (a server saying it is restarting or overloaded):
+                // its connection is closed unread and another server asked, while tries remain.
+                Ok((h, _)) if retry && replayable && cfg.retry_on.contains(&h.status.as_u16()) => {
+                    tracing::debug!(
+                        group = %cfg.name, server = %server.address, status = h.status.as_u16(),
+                        "answer retried on another server"
+                    );
+                    last = (
+                        StatusCode::BAD_GATEWAY,
+                        "every server tried answered with an error",
+                    );
                 }
-                return Flow::Respond(local(status, why, too_large));
+                Ok((h, source)) => {
+                    return Flow::Continue(Upstream {
+                        head: h,
+                        lease,
+                        source,
+                    })
+                }
+                Err(Attempt::Untaken(..)) if untaken < MAX_UNTAKEN => {
+                    untaken += 1;
+                    server.counters.resent.inc();
+                    // Not this server's failure: it may be chosen again.
+                    tried &= !1u64.checked_shl(lease.index as u32).unwrap_or(0);
+                    continue;
+                }
+                Err(Attempt::NotSent(status, why) | Attempt::Untaken(status, why)) => {
+                    last = (status, why);
+                }
+                Err(Attempt::NoResponse(status, why)) if replayable => last = (status, why),
+                Err(Attempt::NoResponse(status, why) | Attempt::Fail(status, why)) => {
+                    // A body cut off at the limit leaves the rest unread: the connection ends.
+                    let too_large = status == StatusCode::PAYLOAD_TOO_LARGE;
+                    if too_large {
+                        vs.shared.counters.bad_requests.inc();
+                    }
+                    return Flow::Respond(local(status, why, too_large));
+                }
             }
+            if !retry {
+                break;
+            }
+            server.counters.retries.inc();
+            attempt += 1;
         }
-        if !retry {
-            break;
-        }
-        server.counters.retries.inc();
-        attempt += 1;
+        Flow::Respond(local(last.0, last.1, false))
     }
-    Flow::Respond(local(last.0, last.1, false))
 }
 
 /// One attempt on one server (its new connections starting with `proxy`'s PROXY header):
