@@ -28,12 +28,11 @@
 //! The pure parts — [`take_head`] and [`write_head`] — are property-tested; [`serve`] is the
 //! thin shell around them.
 
-use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Poll;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName};
@@ -400,7 +399,7 @@ pub(super) async fn serve<S: Stream>(mut io: S, own: Own) -> Ending<S> {
             keep_alive: client_stays && !own.graceful.load(Relaxed),
         };
         if std::mem::take(&mut fresh) {
-            TakeTurn(false).await;
+            super::TakeTurn::default().await;
         }
         out.clear();
         let (framing, keep) = write_head(
@@ -574,22 +573,6 @@ async fn write_all<S: Stream>(
         IoSlice::advance_slices(&mut left, n);
     }
     Ok(())
-}
-
-/// Returns `Pending` once, with the task already woken, so the connection tasks that are
-/// ready run before this one writes (see `super::ClientIo`).
-struct TakeTurn(bool);
-
-impl Future for TakeTurn {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if std::mem::replace(&mut self.0, true) {
-            return Poll::Ready(());
-        }
-        cx.waker().wake_by_ref();
-        Poll::Pending
-    }
 }
 
 #[cfg(test)]
