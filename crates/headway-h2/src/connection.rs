@@ -80,6 +80,8 @@ pub enum Event {
         stream: u32,
         /// The request's head (version HTTP/2; the URI absolute when `:authority` was given).
         head: http::request::Parts,
+        /// Its body's length, from its `Content-Length` (which the core holds the body to).
+        length: Option<u64>,
         /// No body follows.
         end: bool,
     },
@@ -90,6 +92,8 @@ pub enum Event {
         stream: u32,
         /// The answer's head (version HTTP/2).
         head: http::response::Parts,
+        /// Its body's length, from its `Content-Length` (which the core holds the body to).
+        length: Option<u64>,
         /// No body follows.
         end: bool,
     },
@@ -640,6 +644,7 @@ impl Connection {
             self.events.push_back(Event::Response {
                 stream: id,
                 head,
+                length: s.length,
                 end: end_stream,
             });
             if end_stream {
@@ -728,10 +733,12 @@ impl Connection {
             self.write_rst(id, Reason::PROTOCOL_ERROR);
             return Ok(());
         }
+        let length = s.length;
         self.streams.insert(id, s);
         self.events.push_back(Event::Request {
             stream: id,
             head,
+            length,
             end: end_stream,
         });
         Ok(())
@@ -1219,20 +1226,11 @@ fn forbidden(name: &HeaderName) -> bool {
 }
 
 /// A `Content-Length` field that is not one number (RFC 9110 §8.6), or several that differ.
+/// A message with one never gets past the core; the lengths of those it passes on come with
+/// their events ([`Event::Request`], [`Event::Response`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("a malformed Content-Length")]
 pub struct BadLength;
-
-/// A message's `Content-Length`: none, one number, or [`BadLength`] (several that differ, or
-/// one that is not a number). A request with a bad one never gets past the core; the shells
-/// read the length of the heads it passed on here too.
-pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, BadLength> {
-    let mut n = None;
-    for v in headers.get_all(header::CONTENT_LENGTH) {
-        n = Some(one_length(n, v)?);
-    }
-    Ok(n)
-}
 
 /// One `Content-Length` value, after `seen` (the one before it, if any): the length, or
 /// [`BadLength`] when it is not a number or differs from `seen`.
@@ -1256,7 +1254,8 @@ struct Fields {
     path: Option<Bytes>,
     status: Option<Bytes>,
     headers: HeaderMap,
-    /// What [`content_length`] says of `headers`, read as they come (no lookup after).
+    /// The message's `Content-Length` (none, one number, or [`BadLength`]), read as the
+    /// fields come.
     length: Result<Option<u64>, BadLength>,
     pseudo_seen: bool,
     regular_seen: bool,

@@ -167,6 +167,7 @@ fn a_request_is_read_and_its_answer_written() {
         stream: 1,
         head,
         end: true,
+        ..
     }] = &ev[..]
     else {
         panic!("{ev:?}")
@@ -593,7 +594,7 @@ mod client {
         feed(&mut c, &reply);
         let ev = events(&mut c);
         assert!(
-            matches!(&ev[..], [Event::Response { stream: 1, head, end: false }, Event::Data { stream: 1, end: true, .. }] if head.status == 200),
+            matches!(&ev[..], [Event::Response { stream: 1, head, end: false, .. }, Event::Data { stream: 1, end: true, .. }] if head.status == 200),
             "the 103 is skipped: {ev:?}"
         );
         assert!(!c.is_open(1));

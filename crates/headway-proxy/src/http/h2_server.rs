@@ -35,7 +35,7 @@ use std::task::{ready, Context, Poll, Waker};
 
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt as _};
-use headway_h2::connection::{content_length, Config, Connection, Event};
+use headway_h2::connection::{Config, Connection, Event};
 use headway_h2::frame::Reason;
 use headway_h2::stream_map::StreamMap;
 use http::{header, HeaderValue, Request, Response};
@@ -182,7 +182,12 @@ where
         while let Some(e) = self.core.poll_event() {
             any = true;
             match e {
-                Event::Request { stream, head, end } => self.request(stream, head, end),
+                Event::Request {
+                    stream,
+                    head,
+                    length,
+                    end,
+                } => self.request(stream, head, length, end),
                 Event::Data { stream, data, end } => {
                     let n = data.len();
                     if !self.shared.data(stream, data, end) {
@@ -212,7 +217,7 @@ where
     }
 
     /// A new request: its handling starts.
-    fn request(&mut self, id: u32, head: http::request::Parts, end: bool) {
+    fn request(&mut self, id: u32, head: http::request::Parts, length: Option<u64>, end: bool) {
         let expects = head
             .headers
             .get(header::EXPECT)
@@ -220,7 +225,6 @@ where
         let body = if end {
             ReqBody::Empty
         } else {
-            let length = content_length(&head.headers).ok().flatten();
             self.shared.open(id);
             ReqBody::H2Client(RecvBody::new(self.shared.clone(), id, length))
         };

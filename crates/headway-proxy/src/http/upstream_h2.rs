@@ -134,7 +134,7 @@ impl Awaited {
 }
 
 impl std::future::Future for Awaited {
-    type Output = Result<(http::response::Parts, bool), StreamError>;
+    type Output = Result<(http::response::Parts, Option<u64>), StreamError>;
 
     fn poll(
         mut self: std::pin::Pin<&mut Self>,
@@ -172,11 +172,11 @@ impl Drop for Awaited {
             let _held = held;
             let _ = tokio::time::timeout_at(deadline, async move {
                 let mut answer = answer;
-                let Ok((head, _)) = (&mut answer).await else {
+                let Ok((_, length)) = (&mut answer).await else {
                     return;
                 };
                 let (conn, id) = answer.stream();
-                let mut body = H2Recv::new(conn, id, &head.headers, None);
+                let mut body = H2Recv::new(conn, id, length, None);
                 drop(answer);
                 body.discard(DRAIN_BYTES, None).await;
             })
@@ -286,7 +286,7 @@ pub(super) async fn exchange(
         a = &mut answer => Some(a),
         () = &mut timer => None,
     };
-    let (parts, _) = match waited {
+    let (parts, length) = match waited {
         Some(Ok(r)) => r,
         Some(Err(e)) => {
             if let Some(fault) = fault.as_deref().and_then(H2Body::fault) {
@@ -328,7 +328,7 @@ pub(super) async fn exchange(
     server.counters.latency.record(rt);
     server.observe_response_time(rt);
     let (conn, id) = answer.answer.as_ref().expect("answered").stream();
-    let source = H2Recv::new(conn, id, &parts.headers, answer.stream.take());
+    let source = H2Recv::new(conn, id, length, answer.stream.take());
     // The answer's future is let go without a reset: the body has the stream now.
     if let Some(a) = answer.answer.take() {
         a.settle();

@@ -35,7 +35,7 @@ use std::task::{ready, Context, Poll, Waker};
 
 use bytes::Bytes;
 use headway_core::SystemClock;
-use headway_h2::connection::{content_length, Config, Connection, Event};
+use headway_h2::connection::{Config, Connection, Event};
 use headway_h2::frame::Reason;
 use headway_h2::stream_map::StreamMap;
 use http::HeaderMap;
@@ -310,7 +310,8 @@ struct Inner {
 /// A stream's answer as it arrives.
 #[derive(Default)]
 struct Arrival {
-    head: Option<http::response::Parts>,
+    /// The answer's head and its body's length (`Content-Length`), until taken.
+    head: Option<(http::response::Parts, Option<u64>)>,
     chunks: VecDeque<Bytes>,
     trailers: Option<HeaderMap>,
     /// Nothing more comes after the chunks and trailers.
@@ -375,9 +376,14 @@ impl Inner {
     fn events(&mut self) {
         while let Some(e) = self.core.poll_event() {
             match e {
-                Event::Response { stream, head, end } => {
+                Event::Response {
+                    stream,
+                    head,
+                    length,
+                    end,
+                } => {
                     if let Some(slot) = self.slots.get_mut(&stream) {
-                        slot.head = Some(head);
+                        slot.head = Some((head, length));
                         slot.end |= end;
                         slot.wake();
                     }
@@ -494,19 +500,18 @@ impl ClientConn {
         Poll::Ready(Ok(id))
     }
 
-    /// The answer's head of stream `id` (and whether its body is empty), once it came.
+    /// The answer's head of stream `id` and its body's length (`Content-Length`), once it came.
     pub fn poll_answer(
         &self,
         cx: &mut Context<'_>,
         id: u32,
-    ) -> Poll<Result<(http::response::Parts, bool), StreamError>> {
+    ) -> Poll<Result<(http::response::Parts, Option<u64>), StreamError>> {
         let mut g = self.inner.lock();
         let Some(slot) = g.slots.get_mut(&id) else {
             return Poll::Ready(Err(StreamError::Reset(Reason::CANCEL)));
         };
         if let Some(head) = slot.head.take() {
-            let empty = slot.end && slot.chunks.is_empty() && slot.trailers.is_none();
-            return Poll::Ready(Ok((head, empty)));
+            return Poll::Ready(Ok(head));
         }
         if let Some(e) = &slot.failed {
             return Poll::Ready(Err(e.clone()));
@@ -662,10 +667,9 @@ impl std::fmt::Debug for H2Recv {
 }
 
 impl H2Recv {
-    /// The body of stream `id` on `conn`, whose answer's fields are `headers`, holding
+    /// The body of stream `id` on `conn`, `length` bytes long if its answer said so, holding
     /// `place` on the connection until it is dropped.
-    pub fn new(conn: Arc<ClientConn>, id: u32, headers: &HeaderMap, place: Option<Stream>) -> Self {
-        let length = content_length(headers).ok().flatten();
+    pub fn new(conn: Arc<ClientConn>, id: u32, length: Option<u64>, place: Option<Stream>) -> Self {
         H2Recv {
             conn,
             id,
@@ -769,7 +773,7 @@ impl Answer {
 }
 
 impl std::future::Future for Answer {
-    type Output = Result<(http::response::Parts, bool), StreamError>;
+    type Output = Result<(http::response::Parts, Option<u64>), StreamError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let r = ready!(self.conn.poll_answer(cx, self.id));
