@@ -1,10 +1,11 @@
 //! Tells the crate whether this compiler has the AVX-512 intrinsics (stable since Rust 1.89):
-//! older toolchains, such as a distribution's, build without the wide BLAKE3 kernel.
+//! older toolchains, such as a distribution's, build without the wide BLAKE3 kernels
+//! (AVX-512 and AVX2 alike, so that one cfg gates both).
 
 use std::process::Command;
 
 fn main() {
-    println!("cargo::rustc-check-cfg=cfg(headway_avx512)");
+    println!("cargo::rustc-check-cfg=cfg(headway_simd_blake3)");
     println!("cargo::rerun-if-env-changed=RUSTC");
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let minor = Command::new(rustc)
@@ -18,6 +19,6 @@ fn main() {
                 .and_then(|m| m.parse::<u32>().ok())
         });
     if minor.is_some_and(|m| m >= 89) {
-        println!("cargo::rustc-cfg=headway_avx512");
+        println!("cargo::rustc-cfg=headway_simd_blake3");
     }
 }

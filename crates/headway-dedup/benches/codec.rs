@@ -10,7 +10,9 @@
 //! - `chunk/avg`: chunking alone at 512 B, 1 KiB, 4 KiB and 8 KiB averages.
 //! - `ids/one_by_one`, `ids/batch`: fingerprinting 16 MiB of default-size chunks with
 //!   `DedupKey::chunk_id` per chunk and with the `BatchHasher` per 128 KiB of chunks (a literal
-//!   frame); `ids/whole`: the same bytes as one input, the ceiling of BLAKE3 on this core.
+//!   frame); `ids/batch_x16`, `ids/batch_x8`, `ids/batch_portable`: the same with each
+//!   many-lane kernel this CPU runs (AVX-512, AVX2) and with none; `ids/whole`: the same bytes
+//!   as one input, the ceiling of BLAKE3 on this core.
 //!
 //! `DEDUP_AVG=<bytes>` in the environment runs the codec benches at another average chunk size
 //! (that is how the default was chosen; see `headway_dedup::chunker`); `DEDUP_FRAME=<bytes>`
@@ -29,6 +31,7 @@ use headway_dedup::{
     ChunkParams, ChunkStore, Chunker, Decoder, DecoderConfig, DedupKey, Encoder, EncoderConfig,
     MemoryStore, PeerId,
 };
+use headway_io::simd::Blake3Lanes;
 use headway_origin::corpus::{fill, Kind};
 
 // The allocator the `headway` binary ships with, so the codec is measured as it runs there.
@@ -189,18 +192,29 @@ fn benches(c: &mut Criterion) {
             black_box(n)
         })
     });
-    let mut hasher = k.batch_hasher();
-    g.bench_function("batch", |b| {
-        b.iter(|| {
-            let mut n = 0u8;
-            for batch in &batches {
-                for id in hasher.hash(batch) {
-                    n ^= id.as_bytes()[0];
+    // The default (the widest kernel this CPU runs), then each kernel and none.
+    let mut kinds = vec![("batch".to_owned(), k.batch_hasher())];
+    for lanes in Blake3Lanes::available() {
+        let name = format!("batch_x{}", lanes.lanes());
+        kinds.push((name, k.batch_hasher().with_lanes(Some(lanes))));
+    }
+    kinds.push((
+        "batch_portable".to_owned(),
+        k.batch_hasher().with_lanes(None),
+    ));
+    for (name, mut hasher) in kinds {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let mut n = 0u8;
+                for batch in &batches {
+                    for id in hasher.hash(batch) {
+                        n ^= id.as_bytes()[0];
+                    }
                 }
-            }
-            black_box(n)
-        })
-    });
+                black_box(n)
+            })
+        });
+    }
     g.bench_function("whole", |b| b.iter(|| black_box(k.chunk_id(sample))));
     g.finish();
 

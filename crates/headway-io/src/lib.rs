@@ -29,8 +29,8 @@
 //! - [`buffers`]: socket buffer sizes forced past the sysctl caps where the process may (the
 //!   tunnel's UDP socket).
 //! - [`fds`]: duplicates of this process's own socket descriptors, to read their options.
-//! - [`simd`]: CPU-specific kernels — sixteen independent BLAKE3 compressions in AVX-512
-//!   registers, for the dedup codec's fingerprints.
+//! - [`simd`]: CPU-specific kernels — sixteen (AVX-512) or eight (AVX2) independent BLAKE3
+//!   compressions side by side in vector registers, for the dedup codec's fingerprints.
 //!
 //! What it does not do: decide anything. It has no link model, no threads of its own and no
 //! policy; `headway-emulator` is its main user.

@@ -1,20 +1,19 @@
-//! The batch hasher's wide path, on CPUs with [`Blake3x16`] (AVX-512).
+//! The batch hasher's wide path, on CPUs with a [`Blake3Lanes`] kernel (AVX-512 or AVX2).
 //!
-//! Every piece (1 KiB BLAKE3 chunk) of every input of the batch is one job of the sixteen-lane
+//! Every piece (1 KiB BLAKE3 chunk) of every input of the batch is one job of the many-lane
 //! kernel, whatever its length or position, and so is every parent of every input's tree:
-//! 1. the pieces, sorted by their number of blocks (longest first) and taken sixteen at a time,
+//! 1. the pieces, sorted by their number of blocks (longest first) and taken a kernel's width
+//!    (sixteen or eight) at a time,
 //!    so the lanes of one call have (nearly) the same length — a shorter lane idles under a
 //!    mask until the longest is done;
 //! 2. the parents, level by level (every parent of one height depends only on lower ones),
-//!    sixteen at a time, each one block: its children's chaining values.
+//!    a kernel's width at a time, each one block: its children's chaining values.
 
 use std::cmp::Reverse;
 
-use headway_io::simd::{Blake3x16, Piece};
+use headway_io::simd::{Blake3Lanes, Piece, MAX_LANES as LANES};
 
 use super::batch::{shape, BLOCK, CHUNK_END, CHUNK_START, KEYED_HASH, PARENT, PIECE, ROOT};
-
-const LANES: usize = 16;
 
 /// A piece of the batch: its blocks, input and index in that input.
 #[derive(Clone, Copy, Debug)]
@@ -48,7 +47,7 @@ pub(super) struct Scratch {
 /// `first_cv[i] + p`, already sized), then its parents (appended) — and returns, per input,
 /// the index of its root output in `roots`.
 pub(super) fn hash<T: AsRef<[u8]>>(
-    kernel: Blake3x16,
+    kernel: Blake3Lanes,
     key: &[u32; 8],
     inputs: &[T],
     first_cv: &[usize],
@@ -73,7 +72,7 @@ pub(super) fn hash<T: AsRef<[u8]>>(
     }
     jobs.sort_unstable_by_key(|j| Reverse(j.blocks));
     let mut out = [[0u32; 8]; LANES];
-    for group in jobs.chunks(LANES) {
+    for group in jobs.chunks(kernel.lanes()) {
         let mut pads = [[0u8; BLOCK]; LANES];
         for (pad, job) in pads.iter_mut().zip(group) {
             let (_, tail) = split(inputs[job.input as usize].as_ref(), job);
@@ -108,7 +107,7 @@ pub(super) fn hash<T: AsRef<[u8]>>(
     }
     scratch.parents.sort_unstable_by_key(|p| p.height);
     for level in scratch.parents.chunk_by(|a, b| a.height == b.height) {
-        for group in level.chunks(LANES) {
+        for group in level.chunks(kernel.lanes()) {
             parents_of(kernel, key, group, cvs);
         }
     }
@@ -159,8 +158,8 @@ fn plan(
     cvs.len() - 1
 }
 
-/// Compresses up to sixteen parents whose children are done.
-fn parents_of(kernel: Blake3x16, key: &[u32; 8], group: &[Parent], cvs: &mut [[u32; 8]]) {
+/// Compresses up to a kernel's width of parents whose children are done.
+fn parents_of(kernel: Blake3Lanes, key: &[u32; 8], group: &[Parent], cvs: &mut [[u32; 8]]) {
     let mut msgs = [[0u8; BLOCK]; LANES];
     for (msg, p) in msgs.iter_mut().zip(group) {
         for (w, word) in cvs[p.left].iter().chain(&cvs[p.right]).enumerate() {
