@@ -1134,6 +1134,9 @@ fn render_markdown(
          - Sizes are KiB (the seed's 2 KB … 512 KB read as 1,024-byte KB). Configs: \
          `adc-configs/` beside this report."
     );
+    if h.repeats > 1 {
+        md += &spread_table(cells, targets, results);
+    }
     let trouble: Vec<String> = results
         .iter()
         .filter_map(|((cell, t), e)| {
@@ -1160,6 +1163,65 @@ fn render_markdown(
         }
     }
     md
+}
+
+/// The lowest and highest ratio of `e`'s runs to `base`'s run of the same round, by `value`:
+/// `None` unless both have a number in every round (a failed run shifts the rounds).
+fn round_ratios(e: &Entry, base: &Entry, value: fn(&Sample) -> Option<f64>) -> Option<(f64, f64)> {
+    if !e.errors.is_empty() || !base.errors.is_empty() || e.samples.len() != base.samples.len() {
+        return None;
+    }
+    let ratios = e
+        .samples
+        .iter()
+        .zip(&base.samples)
+        .map(|(s, b)| Some(value(s)? / value(b).filter(|v| *v > 0.0)?))
+        .collect::<Option<Vec<f64>>>()?;
+    let lo = ratios.iter().copied().reduce(f64::min)?;
+    let hi = ratios.iter().copied().reduce(f64::max)?;
+    Some((lo, hi))
+}
+
+/// The per-round table: for each proxy but HAProxy, the lowest and highest of its ratios to
+/// HAProxy's run of the same round (the targets of a round run one after the other, so a pair
+/// saw the same machine), for CPU per request and requests/s. A median can sit on either side
+/// of 1.00× while the rounds disagree; this shows by how much.
+fn spread_table(cells: &[Cell], targets: &[Target], results: &Results) -> String {
+    let others: Vec<Target> = targets
+        .iter()
+        .copied()
+        .filter(|t| *t != Target::Haproxy && *t != Target::Origin)
+        .collect();
+    if others.is_empty() || !targets.contains(&Target::Haproxy) {
+        return String::new();
+    }
+    let cols: String = others.iter().map(|t| format!(" {} |", t.label())).collect();
+    let rule: String = others.iter().map(|_| "---:|").collect();
+    let mut s = format!(
+        "\n### Per round: × HAProxy's run of the same round, lowest – highest \
+         (CPU per request · requests/s)\n\n| test | size |{cols}\n|---|---:|{rule}\n"
+    );
+    let range =
+        |r: Option<(f64, f64)>| r.map_or("–".into(), |(lo, hi)| format!("{lo:.2}–{hi:.2}"));
+    for cell in cells {
+        let Some(base) = results.get(&(*cell, Target::Haproxy)) else {
+            continue;
+        };
+        let _ = write!(s, "| {} | {} |", cell.test.label(), size_label(cell.size));
+        for t in &others {
+            let text = match results.get(&(*cell, *t)) {
+                Some(e) => format!(
+                    "{} · {}",
+                    range(round_ratios(e, base, Sample::cpu_per_100k)),
+                    range(round_ratios(e, base, |x| Some(x.outcome.good_per_second())))
+                ),
+                None => "–".into(),
+            };
+            let _ = write!(s, " {text} |");
+        }
+        s.push('\n');
+    }
+    s
 }
 
 /// The CSV: one row per run and a `median` row per cell and target (with the ratios to HAProxy).
@@ -1376,6 +1438,44 @@ mod tests {
             tcp: "net.ipv4.tcp_tw_reuse = 2".into(),
             load: ("0.5 / 0.4 / 0.3".into(), "1.9 / 1.0 / 0.6".into()),
         }
+    }
+
+    #[test]
+    fn the_per_round_table_pairs_each_run_with_haproxys_of_the_same_round() {
+        let l7 = Cell {
+            test: Test::L7Ten,
+            size: 128,
+        };
+        let targets = [Target::Haproxy, Target::Nginx, Target::Headway];
+        let entry = |runs: &[(u64, f64)]| Entry {
+            samples: runs.iter().map(|&(g, c)| sample(g, 1.0, c)).collect(),
+            errors: vec![],
+        };
+        let mut r = Results::new();
+        // HAProxy: 10,000/s at 1.0 CPU-s per 10,000 (10 per 100k), then 20,000/s at 10.
+        r.insert(
+            (l7, Target::Haproxy),
+            entry(&[(10_000, 1.0), (20_000, 2.0)]),
+        );
+        // Headway: CPU 0.9× then 1.1×, requests/s 1.0× then 0.95×.
+        r.insert(
+            (l7, Target::Headway),
+            entry(&[(10_000, 0.9), (19_000, 2.09)]),
+        );
+        // NGINX: one run failed, so its rounds cannot be paired.
+        let mut nginx = entry(&[(10_000, 1.0)]);
+        nginx.errors.push("wrk exited 1".into());
+        r.insert((l7, Target::Nginx), nginx);
+        let mut h = header();
+        h.repeats = 2;
+        let md = render_markdown(&h, &[], &[l7], &targets, &r, &[]);
+        assert!(
+            md.contains("| L7 10 req/conn | 128 B | – · – | 0.90–1.10 · 0.95–1.00 |"),
+            "{md}"
+        );
+        h.repeats = 1;
+        let md = render_markdown(&h, &[], &[l7], &targets, &r, &[]);
+        assert!(!md.contains("Per round"), "{md}");
     }
 
     #[test]
