@@ -43,7 +43,7 @@
 
 use blake3::platform::Platform;
 use blake3::IncrementCounter;
-use headway_io::simd::Blake3Lanes;
+use headway_io::simd::{Blake3Lanes, MAX_LANES};
 
 use super::{lanes, ChunkId};
 
@@ -68,8 +68,9 @@ pub(super) const KEYED_HASH: u8 = 16;
 #[derive(Clone, Debug)]
 pub struct BatchHasher {
     platform: Platform,
-    /// The many-lane kernel, on CPUs that have one: it then hashes batches of fewer than
-    /// `WIDE_MAX` inputs whole (`lanes`), instead of steps 1–3.
+    /// The many-lane kernel, on CPUs that have one: it then hashes batches whole (`lanes`)
+    /// instead of steps 1–3 — every batch with eight lanes, batches of fewer than `WIDE_MAX`
+    /// inputs with sixteen.
     wide: Option<Blake3Lanes>,
     wide_scratch: lanes::Scratch,
     /// Per input, the index of its root output in `cvs` (wide path).
@@ -135,7 +136,7 @@ impl BatchHasher {
         self.ids.clear();
         let wide = self
             .wide
-            .filter(|k| k.lanes() < LANES || inputs.len() < WIDE_MAX);
+            .filter(|k| k.lanes() < MAX_LANES || inputs.len() < WIDE_MAX);
         if let Some(kernel) = wide {
             for input in inputs {
                 let (pieces, _) = shape(input.as_ref().len());
