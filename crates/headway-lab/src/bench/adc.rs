@@ -1103,6 +1103,9 @@ fn render_markdown(
         &Entry::cpu_per_100k,
         &fmt_cpu,
     );
+    if h.repeats > 1 {
+        md += &spread_table(cells, targets, results);
+    }
     let _ = writeln!(
         md,
         "\nHow to read it:\n\n\
@@ -1134,9 +1137,6 @@ fn render_markdown(
          - Sizes are KiB (the seed's 2 KB … 512 KB read as 1,024-byte KB). Configs: \
          `adc-configs/` beside this report."
     );
-    if h.repeats > 1 {
-        md += &spread_table(cells, targets, results);
-    }
     let trouble: Vec<String> = results
         .iter()
         .filter_map(|((cell, t), e)| {
