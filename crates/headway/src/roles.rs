@@ -176,12 +176,16 @@ fn adc_summary(a: &headway_config::AdcConfig) -> String {
                 .unwrap_or_default(),
             g.servers
                 .iter()
-                .map(|v| format!(
-                    "{} {}{}",
-                    v.name,
-                    v.address,
-                    if v.backup { " (backup)" } else { "" }
-                ))
+                .map(|v| {
+                    // A server's name defaults to its address: said once then.
+                    let address = v.address.to_string();
+                    let named = if v.name == address {
+                        address
+                    } else {
+                        format!("{} {address}", v.name)
+                    };
+                    format!("{named}{}", if v.backup { " (backup)" } else { "" })
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         ));

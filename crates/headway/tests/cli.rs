@@ -114,6 +114,29 @@ fn bad_usage_and_bad_config_exit_64_with_one_clear_line() {
     );
 }
 
+/// `check` lists each group's servers: an unnamed server (its name is its address) once, a
+/// named one by name and address.
+#[test]
+fn check_names_each_server_once() {
+    let dir = TempDir::new("check-servers");
+    let cfg = dir.path().join("adc.toml");
+    std::fs::write(
+        &cfg,
+        "[[server_group]]\nname = \"web\"\n\
+         [[server_group.server]]\naddress = \"127.0.0.1:8080\"\n\
+         [[server_group.server]]\nname = \"spare\"\naddress = \"127.0.0.1:8081\"\nbackup = true\n\n\
+         [[virtual_server]]\nname = \"front\"\nkind = \"http\"\nlisten = \"127.0.0.1:0\"\ngroup = \"web\"\n",
+    )
+    .unwrap();
+    let out = headway(&["check", "-c", cfg.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("group web (round-robin): 127.0.0.1:8080, spare 127.0.0.1:8081 (backup)"),
+        "{said}"
+    );
+}
+
 #[test]
 fn origin_on_a_port_in_use_exits_64() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
