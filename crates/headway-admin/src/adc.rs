@@ -1021,7 +1021,7 @@ pub fn write_adc(out: &mut dyn Write, s: &AdcSnapshot) -> std::io::Result<()> {
         writeln!(out)?;
         writeln!(
             out,
-            "group {} ({}{}{}{}): {} requests, {} queued, {} waiting, {} refused busy, {} refused no server",
+            "group {} ({}{}{}{}): {} request(s), {} queued, {} waiting, {} refused busy, {} refused no server",
             g.name,
             g.method,
             if g.protocol == "h2" { ", HTTP/2 to servers" } else { "" },

@@ -223,7 +223,7 @@ pub(crate) fn metrics(
 pub fn write_cache(out: &mut dyn Write, c: &CacheSnapshot) -> std::io::Result<()> {
     writeln!(
         out,
-        "cache: {} of {} stored, {} requests bypassed",
+        "cache: {} of {} stored, {} request(s) bypassed",
         mib(c.stored_bytes),
         mib(c.memory_limit),
         c.bypassed
@@ -344,7 +344,7 @@ mod tests {
         write_cache(&mut out, &c).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(
-            text.contains("3.0 MiB of 256.0 MiB stored, 4 requests bypassed"),
+            text.contains("3.0 MiB of 256.0 MiB stored, 4 request(s) bypassed"),
             "{text}"
         );
         assert!(text.contains("live (flash 1s)"), "{text}");
