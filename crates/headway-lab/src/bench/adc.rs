@@ -867,7 +867,7 @@ fn launch(
 }
 
 /// Debian's dynamic NGINX stream module (libnginx-mod-stream).
-const NGINX_STREAM_MODULE: &str = "/usr/lib/nginx/modules/ngx_stream_module.so";
+pub(crate) const NGINX_STREAM_MODULE: &str = "/usr/lib/nginx/modules/ngx_stream_module.so";
 
 /// The versions of the tools, `None` for one that is not installed.
 #[derive(Debug, Clone, Default)]
@@ -1134,6 +1134,10 @@ fn render_markdown(
          (`getconf CLK_TCK`), per 100,000 good responses. The load tool, the origin and the proxy \
          share the machine's cores, so requests/s is bounded by all three; CPU per request is \
          the proxy's own cost.\n\
+         - Every proxy adds the client's address in `X-Forwarded-For` and the scheme in \
+         `X-Forwarded-Proto` to each request to the origin: Headway by default, HAProxy with \
+         `option forwardfor` and `http-request set-header`, NGINX with `proxy_set_header` \
+         (`grpc_set_header` for HTTP/2).\n\
          - Sizes are KiB (the seed's 2 KB … 512 KB read as 1,024-byte KB). Configs: \
          `adc-configs/` beside this report."
     );

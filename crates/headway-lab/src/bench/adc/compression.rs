@@ -125,8 +125,9 @@ pub fn haproxy(origin: SocketAddr, workers: u32, listen: SocketAddr, maxconn: u3
          tune.comp.maxlevel 1\n\n\
          defaults\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n\n\
          frontend l7\n    mode http\n    bind {listen}\n    default_backend origin\n\n\
-         backend origin\n    mode http\n    http-reuse always\n    compression algo gzip\n    \
-         compression type {TYPES}\n    server origin {origin}\n"
+         backend origin\n    mode http\n    http-reuse always\n{}    compression algo gzip\n    \
+         compression type {TYPES}\n    server origin {origin}\n",
+        config::haproxy_forwarding("http")
     )
 }
 

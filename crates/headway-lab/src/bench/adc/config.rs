@@ -9,6 +9,11 @@
 //! - keep-alive to the origin, idle connections shared between client connections (HAProxy
 //!   `http-reuse always`; NGINX `upstream { keepalive 64; }` with HTTP/1.1 and an empty
 //!   `Connection` header; Headway's server pool by default);
+//! - the client's address appended to `X-Forwarded-For` and the scheme in `X-Forwarded-Proto`
+//!   on every request to the origin, as a reverse proxy in front of an application does
+//!   (HAProxy `option forwardfor` and `http-request set-header`, [`haproxy_forwarding`];
+//!   NGINX `proxy_set_header … $proxy_add_x_forwarded_for` and `$scheme`,
+//!   [`NGINX_FORWARDING`]; Headway's defaults);
 //! - no access log;
 //! - no limit on requests per client connection (NGINX's `keepalive_requests` would close every
 //!   1,000th, HAProxy has none), so "unlimited" means unlimited for all;
@@ -43,6 +48,19 @@ pub fn max_connections(load_connections: u32) -> u32 {
     load_connections.saturating_mul(4).max(4096)
 }
 
+/// The lines of an HAProxy `mode http` backend that add what Headway adds to a request by
+/// default (`x_forwarded_for`, `x_forwarded_proto`): the client's address in
+/// `X-Forwarded-For`, `proto` (`http` or `https`) in `X-Forwarded-Proto`.
+pub fn haproxy_forwarding(proto: &str) -> String {
+    format!("    option forwardfor\n    http-request set-header X-Forwarded-Proto {proto}\n")
+}
+
+/// The lines of an NGINX `location` with `proxy_pass` that add what Headway adds to a request
+/// by default (see [`haproxy_forwarding`]); `$scheme` is `https` in a TLS `server {}`.
+pub const NGINX_FORWARDING: &str =
+    "            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n\
+     \x20           proxy_set_header X-Forwarded-Proto $scheme;\n";
+
 /// HAProxy's config (`haproxy -f FILE -db`): `nbthread`, no `log` line (so no logging),
 /// `http-reuse always` to the origin, an `mode tcp` listener, and a `proto h2` bind for
 /// HTTP/2 prior knowledge.
@@ -62,18 +80,19 @@ pub fn haproxy(origin: SocketAddr, workers: u32, l: &Listeners, maxconn: u32) ->
             "frontend h2\n    mode http\n    bind {h2} proto h2\n    default_backend origin\n"
         );
     }
+    let forwarding = haproxy_forwarding("http");
     if let Some(h2) = l.h2_both {
         let _ = writeln!(
             s,
             "frontend h2_both\n    mode http\n    bind {h2} proto h2\n    default_backend origin_h2\n\n\
-             backend origin_h2\n    mode http\n    http-reuse always\n    \
+             backend origin_h2\n    mode http\n    http-reuse always\n{forwarding}    \
              server origin {origin} proto h2\n"
         );
     }
     let _ = write!(
         s,
         "backend origin\n    mode http\n    # keep-alive to the origin; idle connections shared by all client connections\n    \
-         http-reuse always\n    server origin {origin}\n\n\
+         http-reuse always\n{forwarding}    server origin {origin}\n\n\
          listen l4\n    mode tcp\n    bind {}\n    server origin {origin}\n",
         l.l4
     );
@@ -125,7 +144,8 @@ pub fn nginx(
     let _ = write!(
         s,
         "        location / {{\n            proxy_pass http://origin;\n            proxy_http_version 1.1;\n\
-         \x20           proxy_set_header Connection \"\";\n            proxy_max_temp_file_size 0;\n        }}\n    }}\n"
+         \x20           proxy_set_header Connection \"\";\n{NGINX_FORWARDING}\
+         \x20           proxy_max_temp_file_size 0;\n        }}\n    }}\n"
     );
     if let Some(h2) = l.h2_both {
         // NGINX's HTTP/2 to servers is its gRPC proxy (any HTTP/2 answer passes).
@@ -133,7 +153,8 @@ pub fn nginx(
             s,
             "\n    upstream origin_h2 {{\n        server {origin};\n        keepalive 64;\n        keepalive_requests 1000000;\n    }}\n\n\
              \x20   server {{\n        listen {h2} http2;\n        http2_max_requests 1000000;\n\
-             \x20       location / {{\n            grpc_pass grpc://origin_h2;\n        }}\n    }}\n"
+             \x20       location / {{\n            grpc_pass grpc://origin_h2;\n{}        }}\n    }}\n",
+            NGINX_FORWARDING.replace("proxy_set_header", "grpc_set_header")
         );
     }
     let _ = write!(
@@ -295,6 +316,78 @@ mod tests {
             h2_both: h2.then(|| addr(8004)),
             admin: Some(addr(9290)),
         }
+    }
+
+    /// Every HTTP path of HAProxy's and NGINX's configs adds the forwarding fields Headway adds
+    /// by default, and the real HAProxy and NGINX (installed by `scripts/setup.sh`) accept the
+    /// configs of the main matrix and of the compression and WebSocket runs.
+    #[test]
+    fn haproxy_and_nginx_forward_as_headway_does_and_take_the_configs() {
+        let dir = std::env::temp_dir().join(format!("headway-adc-configs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let module = Path::new(crate::bench::adc::NGINX_STREAM_MODULE);
+        let module = module.exists().then_some(module);
+        let l = listeners(true);
+        let haproxies = [
+            haproxy(addr(8080), 2, &l, 4096),
+            super::super::compression::haproxy(addr(8080), 2, addr(8001), 4096),
+            super::super::websocket::haproxy(addr(8080), 2, addr(8001), 4096),
+        ];
+        let nginxes = [
+            nginx(addr(8080), 2, &l, 4096, &dir, module),
+            super::super::compression::nginx(addr(8080), 2, addr(8001), 4096, &dir),
+            super::super::websocket::nginx(addr(8080), 2, addr(8001), 4096, &dir),
+        ];
+        for (i, c) in haproxies.iter().enumerate() {
+            // One per `mode http` backend.
+            let backends =
+                c.matches("backend origin").count() - c.matches("default_backend origin").count();
+            assert_eq!(c.matches("option forwardfor\n").count(), backends, "{c}");
+            assert_eq!(
+                c.matches("set-header X-Forwarded-Proto http\n").count(),
+                backends,
+                "{c}"
+            );
+            let file = dir.join(format!("haproxy-{i}.cfg"));
+            std::fs::write(&file, c).unwrap();
+            let out = std::process::Command::new("haproxy")
+                .arg("-c")
+                .arg("-f")
+                .arg(&file)
+                .output()
+                .expect("haproxy is not installed: run `bash scripts/setup.sh` (as root)");
+            assert!(
+                out.status.success(),
+                "{c}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        for (i, c) in nginxes.iter().enumerate() {
+            // One per location that proxies.
+            let locations = c.matches("location / {").count();
+            let set = c
+                .matches("_set_header X-Forwarded-For $proxy_add_x_forwarded_for;")
+                .count();
+            assert_eq!(set, locations, "{c}");
+            assert_eq!(
+                c.matches("_set_header X-Forwarded-Proto $scheme;").count(),
+                locations
+            );
+            let file = dir.join(format!("nginx-{i}.conf"));
+            std::fs::write(&file, c).unwrap();
+            let out = std::process::Command::new("nginx")
+                .arg("-t")
+                .arg("-c")
+                .arg(&file)
+                .output()
+                .expect("nginx is not installed: run `bash scripts/setup.sh` (as root)");
+            assert!(
+                out.status.success(),
+                "{c}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -219,7 +219,8 @@ pub fn haproxy(origin: SocketAddr, workers: u32, l: &Listen, maxconn: u32, dir: 
     }
     let _ = write!(
         s,
-        "backend origin\n    http-reuse always\n    server origin {origin}\n"
+        "backend origin\n    http-reuse always\n{}    server origin {origin}\n",
+        config::haproxy_forwarding("https")
     );
     s
 }
@@ -254,9 +255,10 @@ pub fn nginx(origin: SocketAddr, workers: u32, l: &Listen, maxconn: u32, dir: &P
             "\n    server {{\n        listen {} ssl;\n        ssl_certificate {d}/{k}.crt;\n\
              \x20       ssl_certificate_key {d}/{k}.key;\n        location / {{\n\
              \x20           proxy_pass http://origin;\n            proxy_http_version 1.1;\n\
-             \x20           proxy_set_header Connection \"\";\n\
+             \x20           proxy_set_header Connection \"\";\n{}\
              \x20           proxy_max_temp_file_size 0;\n        }}\n    }}\n",
             l.of(key),
+            config::NGINX_FORWARDING,
             k = key.key(),
         );
     }

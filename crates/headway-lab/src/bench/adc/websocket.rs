@@ -49,7 +49,8 @@ pub fn haproxy(origin: SocketAddr, workers: u32, listen: SocketAddr, maxconn: u3
          defaults\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n    \
          timeout tunnel 1h\n\n\
          frontend l7\n    mode http\n    bind {listen}\n    default_backend origin\n\n\
-         backend origin\n    mode http\n    http-reuse always\n    server origin {origin}\n"
+         backend origin\n    mode http\n    http-reuse always\n{}    server origin {origin}\n",
+        config::haproxy_forwarding("http")
     )
 }
 
