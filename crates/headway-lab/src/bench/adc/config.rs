@@ -318,6 +318,18 @@ mod tests {
         }
     }
 
+    /// Writes `text` to `file` and asserts that `tool ARGS… FILE` (a config check) accepts it.
+    fn accepts(text: &str, file: &Path, tool: &str, args: &[&str]) {
+        std::fs::write(file, text).unwrap();
+        let out = std::process::Command::new(tool)
+            .args(args)
+            .arg(file)
+            .output()
+            .unwrap_or_else(|e| panic!("{tool}: {e} (installed by `bash scripts/setup.sh`)"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{tool} refused:\n{text}\n{err}");
+    }
+
     /// Every HTTP path of HAProxy's and NGINX's configs adds the forwarding fields Headway adds
     /// by default, and the real HAProxy and NGINX (installed by `scripts/setup.sh`) accept the
     /// configs of the main matrix and of the compression and WebSocket runs.
@@ -348,18 +360,11 @@ mod tests {
                 backends,
                 "{c}"
             );
-            let file = dir.join(format!("haproxy-{i}.cfg"));
-            std::fs::write(&file, c).unwrap();
-            let out = std::process::Command::new("haproxy")
-                .arg("-c")
-                .arg("-f")
-                .arg(&file)
-                .output()
-                .expect("haproxy is not installed: run `bash scripts/setup.sh` (as root)");
-            assert!(
-                out.status.success(),
-                "{c}\n{}",
-                String::from_utf8_lossy(&out.stderr)
+            accepts(
+                c,
+                &dir.join(format!("haproxy-{i}.cfg")),
+                "haproxy",
+                &["-c", "-f"],
             );
         }
         for (i, c) in nginxes.iter().enumerate() {
@@ -373,18 +378,11 @@ mod tests {
                 c.matches("_set_header X-Forwarded-Proto $scheme;").count(),
                 locations
             );
-            let file = dir.join(format!("nginx-{i}.conf"));
-            std::fs::write(&file, c).unwrap();
-            let out = std::process::Command::new("nginx")
-                .arg("-t")
-                .arg("-c")
-                .arg(&file)
-                .output()
-                .expect("nginx is not installed: run `bash scripts/setup.sh` (as root)");
-            assert!(
-                out.status.success(),
-                "{c}\n{}",
-                String::from_utf8_lossy(&out.stderr)
+            accepts(
+                c,
+                &dir.join(format!("nginx-{i}.conf")),
+                "nginx",
+                &["-t", "-c"],
             );
         }
         let _ = std::fs::remove_dir_all(&dir);
