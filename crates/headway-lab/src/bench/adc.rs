@@ -17,7 +17,9 @@
 //!
 //! For each cell and target: good (2xx/3xx) responses per second and the target's CPU-seconds
 //! (user + system of all its processes, from `/proc/PID/stat`) per 100,000 of them, medians over
-//! `--repeats` runs of `--seconds`, and ratios to HAProxy. All targets run at once (an idle
+//! `--repeats` runs of `--seconds`, and ratios to HAProxy; then how many L7 cells meet the two
+//! targets (Headway's CPU per request at or below HAProxy's, its requests/s above NGINX's),
+//! naming each miss with its per-round range. All targets run at once (an idle
 //! proxy costs nothing); within each round of a cell they take turns, and the order rotates
 //! every round, so a burst of other load on a shared machine lands on one run of each target
 //! rather than on every run of one. The defaults (18 cells, 4 targets, 3 runs of 3 s) keep a
@@ -1106,6 +1108,7 @@ fn render_markdown(
     if h.repeats > 1 {
         md += &spread_table(cells, targets, results);
     }
+    md += &target_summary(cells, targets, results, a.paced.is_some());
     let _ = writeln!(
         md,
         "\nHow to read it:\n\n\
@@ -1228,6 +1231,90 @@ fn spread_table(cells: &[Cell], targets: &[Target], results: &Results) -> String
     s
 }
 
+/// Headway against the matrix's two targets, read off the medians of the L7 cells: CPU per
+/// request at or below HAProxy's, and requests/s above NGINX's (left out under a paced load,
+/// where requests/s is the offered rate). Each miss is listed with its ratio and, with more
+/// than one round, the range of its per-round ratios, so a miss inside the noise reads as one.
+/// Empty unless Headway and the proxy it is compared with were measured.
+fn target_summary(cells: &[Cell], targets: &[Target], results: &Results, paced: bool) -> String {
+    if !targets.contains(&Target::Headway) {
+        return String::new();
+    }
+    let l7: Vec<&Cell> = cells.iter().filter(|c| c.test.is_l7()).collect();
+    let mut lines = Vec::new();
+    let mut check = |peer: Target,
+                     what: &str,
+                     value: fn(&Entry) -> Option<f64>,
+                     round: fn(&Sample) -> Option<f64>,
+                     good: fn(f64) -> bool| {
+        if !targets.contains(&peer) {
+            return;
+        }
+        let mut measured = 0;
+        let mut misses = Vec::new();
+        for cell in &l7 {
+            let (Some(e), Some(b)) = (
+                results.get(&(**cell, Target::Headway)),
+                results.get(&(**cell, peer)),
+            ) else {
+                continue;
+            };
+            let (Some(v), Some(bv)) = (value(e), value(b).filter(|v| *v > 0.0)) else {
+                continue;
+            };
+            measured += 1;
+            let ratio = v / bv;
+            if !good(ratio) {
+                let rounds = match round_ratios(e, b, round) {
+                    Some((lo, hi)) if e.samples.len() > 1 => format!(" (rounds {lo:.2}–{hi:.2})"),
+                    _ => String::new(),
+                };
+                // A miss by less than 0.005 would read "1.00×": one more digit.
+                let shown = match format!("{ratio:.2}") {
+                    t if t == "1.00" => format!("{ratio:.3}"),
+                    t => t,
+                };
+                misses.push(format!("{} {shown}×{rounds}", cell.label()));
+            }
+        }
+        if measured == 0 {
+            return;
+        }
+        let mut line = format!(
+            "- {what}: {} of {measured} L7 cells",
+            measured - misses.len()
+        );
+        if !misses.is_empty() {
+            let _ = write!(line, "; not in {}", misses.join(", "));
+        }
+        line.push('.');
+        lines.push(line);
+    };
+    check(
+        Target::Haproxy,
+        "CPU per request at or below HAProxy's",
+        Entry::cpu_per_100k,
+        Sample::cpu_per_100k,
+        |r| r <= 1.0,
+    );
+    if !paced {
+        check(
+            Target::Nginx,
+            "Requests/s above NGINX's",
+            Entry::rps,
+            |s| Some(s.outcome.good_per_second()),
+            |r| r > 1.0,
+        );
+    }
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n### Headway against the targets (medians)\n\n{}\n",
+        lines.join("\n")
+    )
+}
+
 /// The CSV: one row per run and a `median` row per cell and target (with the ratios to HAProxy).
 fn render_csv(cells: &[Cell], targets: &[Target], results: &Results) -> String {
     let mut csv = String::from(
@@ -1317,6 +1404,14 @@ mod tests {
                 latency_p99_ms: None,
             },
             cpu_seconds: cpu,
+        }
+    }
+
+    /// An entry of one-second runs: (good responses, CPU-seconds) each.
+    fn entry(runs: &[(u64, f64)]) -> Entry {
+        Entry {
+            samples: runs.iter().map(|&(g, c)| sample(g, 1.0, c)).collect(),
+            errors: vec![],
         }
     }
 
@@ -1451,10 +1546,6 @@ mod tests {
             size: 128,
         };
         let targets = [Target::Haproxy, Target::Nginx, Target::Headway];
-        let entry = |runs: &[(u64, f64)]| Entry {
-            samples: runs.iter().map(|&(g, c)| sample(g, 1.0, c)).collect(),
-            errors: vec![],
-        };
         let mut r = Results::new();
         // HAProxy: 10,000/s at 1.0 CPU-s per 10,000 (10 per 100k), then 20,000/s at 10.
         r.insert(
@@ -1480,6 +1571,79 @@ mod tests {
         h.repeats = 1;
         let md = render_markdown(&h, &[], &[l7], &targets, &r, &[]);
         assert!(!md.contains("Per round"), "{md}");
+    }
+
+    #[test]
+    fn the_report_counts_the_l7_cells_that_meet_the_targets_and_names_the_misses() {
+        let one = Cell {
+            test: Test::L7One,
+            size: 128,
+        };
+        let ten = Cell {
+            test: Test::L7Ten,
+            ..one
+        };
+        let l4 = Cell {
+            test: Test::L4,
+            ..one
+        };
+        let targets = [Target::Haproxy, Target::Nginx, Target::Headway];
+        let mut r = Results::new();
+        for cell in [one, ten, l4] {
+            // HAProxy: 10,000/s at 10 CPU-s per 100k; NGINX: 10,500/s.
+            r.insert((cell, Target::Haproxy), entry(&[(10_000, 1.0); 3]));
+            r.insert((cell, Target::Nginx), entry(&[(10_500, 1.0); 3]));
+        }
+        // Meets both: 11,000/s at 9.09.
+        r.insert((one, Target::Headway), entry(&[(11_000, 1.0); 3]));
+        // Misses both: CPU 0.95×, 1.05×, 1.20× (median 1.05×) at 10,000/s, 0.95× NGINX's.
+        r.insert(
+            (ten, Target::Headway),
+            entry(&[(10_000, 0.95), (10_000, 1.05), (10_000, 1.2)]),
+        );
+        // L4 is not an L7 cell: not counted.
+        r.insert((l4, Target::Headway), entry(&[(1_000, 1.0); 3]));
+        let mut h = header();
+        h.repeats = 3;
+        let md = render_markdown(&h, &[], &[l4, one, ten], &targets, &r, &[]);
+        assert!(
+            md.contains("### Headway against the targets (medians)"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "- CPU per request at or below HAProxy's: 1 of 2 L7 cells; not in \
+                 L7 10 req/conn 128 B 1.05× (rounds 0.95–1.20)."
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "- Requests/s above NGINX's: 1 of 2 L7 cells; not in L7 10 req/conn 128 B \
+                 0.95× (rounds 0.95–0.95)."
+            ),
+            "{md}"
+        );
+        // A miss that rounds to 1.00× shows a third digit.
+        r.insert((ten, Target::Headway), entry(&[(10_000, 1.003); 3]));
+        let md = render_markdown(&h, &[], &[one, ten], &targets, &r, &[]);
+        assert!(
+            md.contains("not in L7 10 req/conn 128 B 1.003× (rounds 1.00–1.00)."),
+            "{md}"
+        );
+        // Under a paced load requests/s is the offered rate: no verdict on it.
+        h.args.paced = Some(8_000);
+        let md = render_markdown(&h, &[], &[one, ten], &targets, &r, &[]);
+        assert!(
+            md.contains("- CPU per request at or below HAProxy's: 1 of 2"),
+            "{md}"
+        );
+        assert!(!md.contains("Requests/s above NGINX's"), "{md}");
+        // Without Headway, or without the other proxies, there is nothing to say.
+        let md = render_markdown(&h, &[], &[one], &[Target::Haproxy, Target::Nginx], &r, &[]);
+        assert!(!md.contains("against the targets"), "{md}");
+        let md = render_markdown(&h, &[], &[one], &[Target::Headway], &r, &[]);
+        assert!(!md.contains("against the targets"), "{md}");
     }
 
     #[test]
