@@ -1234,8 +1234,9 @@ fn spread_table(cells: &[Cell], targets: &[Target], results: &Results) -> String
 /// Headway against the matrix's two targets, read off the medians of the L7 cells: CPU per
 /// request at or below HAProxy's, and requests/s above NGINX's (left out under a paced load,
 /// where requests/s is the offered rate). Each miss is listed with its ratio and, with more
-/// than one round, the range of its per-round ratios, so a miss inside the noise reads as one.
-/// Empty unless Headway and the proxy it is compared with were measured.
+/// than one round, the range of its per-round ratios, so a miss inside the noise reads as one;
+/// a cell where Headway has no result is a miss too. Cells the other proxy has no result in
+/// are left out. Empty unless Headway and the proxy it is compared with were measured.
 fn target_summary(cells: &[Cell], targets: &[Target], results: &Results, paced: bool) -> String {
     if !targets.contains(&Target::Headway) {
         return String::new();
@@ -1253,16 +1254,21 @@ fn target_summary(cells: &[Cell], targets: &[Target], results: &Results, paced: 
         let mut measured = 0;
         let mut misses = Vec::new();
         for cell in &l7 {
-            let (Some(e), Some(b)) = (
-                results.get(&(**cell, Target::Headway)),
-                results.get(&(**cell, peer)),
-            ) else {
+            let Some(b) = results.get(&(**cell, peer)) else {
                 continue;
             };
-            let (Some(v), Some(bv)) = (value(e), value(b).filter(|v| *v > 0.0)) else {
+            let Some(bv) = value(b).filter(|v| *v > 0.0) else {
                 continue;
             };
             measured += 1;
+            // A cell the peer answered and Headway did not is a miss, not a cell left out.
+            let Some((e, v)) = results
+                .get(&(**cell, Target::Headway))
+                .and_then(|e| Some((e, value(e)?)))
+            else {
+                misses.push(format!("{} (no result)", cell.label()));
+                continue;
+            };
             let ratio = v / bv;
             if !good(ratio) {
                 let rounds = match round_ratios(e, b, round) {
@@ -1639,6 +1645,22 @@ mod tests {
             "{md}"
         );
         assert!(!md.contains("Requests/s above NGINX's"), "{md}");
+        // Headway without a result where the others have one: a miss.
+        let mut failed = r.clone();
+        failed.insert(
+            (ten, Target::Headway),
+            Entry {
+                samples: vec![],
+                errors: vec!["wrk exited 1".into()],
+            },
+        );
+        let md = render_markdown(&h, &[], &[one, ten], &targets, &failed, &[]);
+        assert!(
+            md.contains(
+                "at or below HAProxy's: 1 of 2 L7 cells; not in L7 10 req/conn 128 B (no result)."
+            ),
+            "{md}"
+        );
         // Without Headway, or without the other proxies, there is nothing to say.
         let md = render_markdown(&h, &[], &[one], &[Target::Haproxy, Target::Nginx], &r, &[]);
         assert!(!md.contains("against the targets"), "{md}");
