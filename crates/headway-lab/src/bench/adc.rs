@@ -1241,7 +1241,6 @@ fn target_summary(cells: &[Cell], targets: &[Target], results: &Results, paced: 
     if !targets.contains(&Target::Headway) {
         return String::new();
     }
-    let l7: Vec<&Cell> = cells.iter().filter(|c| c.test.is_l7()).collect();
     let mut lines = Vec::new();
     let mut check = |peer: Target,
                      what: &str,
@@ -1253,8 +1252,8 @@ fn target_summary(cells: &[Cell], targets: &[Target], results: &Results, paced: 
         }
         let mut measured = 0;
         let mut misses = Vec::new();
-        for cell in &l7 {
-            let Some(b) = results.get(&(**cell, peer)) else {
+        for cell in cells.iter().filter(|c| c.test.is_l7()) {
+            let Some(b) = results.get(&(*cell, peer)) else {
                 continue;
             };
             let Some(bv) = value(b).filter(|v| *v > 0.0) else {
@@ -1263,7 +1262,7 @@ fn target_summary(cells: &[Cell], targets: &[Target], results: &Results, paced: 
             measured += 1;
             // A cell the peer answered and Headway did not is a miss, not a cell left out.
             let Some((e, v)) = results
-                .get(&(**cell, Target::Headway))
+                .get(&(*cell, Target::Headway))
                 .and_then(|e| Some((e, value(e)?)))
             else {
                 misses.push(format!("{} (no result)", cell.label()));
